@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from secemb.errors import ProtocolError
+from secemb.fss import rangeproof
 from secemb.fss.projections import ternary_rows
 from secemb.protocols.secemb import SecEmbUser
 from secemb.protocols.secemb.bounds import ROWS, layout_bits
@@ -212,6 +213,32 @@ def test_a_device_that_holds_its_c_u_can_neither_retrieve_nor_upload_again_in_th
     exp_sparse, exp_dense = _expected(uploads, [0, 1])
     np.testing.assert_array_equal(sparse, exp_sparse)
     np.testing.assert_array_equal(dense, exp_dense)
+
+
+def test_a_server_0_that_gives_a_device_another_challenge_and_names_its_c_u_gets_nothing_from_server_1() -> None:
+    """Helper P's test has server 0 give device 1 a challenge of its choosing and name that one: server
+    1's derived-``c_u`` comparison answers zero.  The other way round -- server 0 gives the device ``c'``
+    (its proof's ``part_1`` binds ``c'``) and names the device's true ``c_u`` in its check request -- passes
+    that comparison, and only finding C1's check stands: server 1 recomputes ``part_1`` from ``sigma``
+    under the named ``c_u``, it differs, and server 1 answers zero field elements (answered, its relation
+    share would mix the device's projections under ``c'`` and ``c_u``).  The device fails, the others
+    pass.  Mutation checked: ``bound_answer`` without the ``part_1`` comparison (server 1's answer for
+    device 1 is then non-zero)."""
+    run = Run(_protocol(False))
+    users = [0, 1, 2]
+    run.retrieve(users, _items)
+    run.upload({u: _honest(u) for u in users})
+    chosen = bytes(range(16))
+    assert chosen != run.s0.challenge(1)
+    proofs = [(u, run.devices[u].bound_proof(chosen if u == 1 else run.s0.challenge(u))) for u in users]
+    assert run.s0.handle_proof_many(proofs) == [None] * len(users)
+    answer = run.s1.bound_answer(run.s0.bound_request(users))  # names each device's own c_u
+    params = run.s0._bounded(0)
+    v1 = rangeproof.parse_verifier_messages(params, answer[len(answer) - len(users) * params.verifier_bytes :],
+                                            len(users))
+    assert not v1[1, : params.opened_length].any()
+    assert v1[0, : params.opened_length].any() and v1[2, : params.opened_length].any()
+    assert run.s0.bound_rejected(answer) == {1}
 
 
 # -- 3. the full layout: a device absorbed at one server only ---------------------------------------------
