@@ -287,7 +287,8 @@ A = j21.ATTACKER
     {"ev": "rejected", "users": [10**30]},
     {"ev": "aborted", "rejected": ["x"]},
     {"ev": "aborted", "rejected": [30]},
-], ids=["str", "not-a-list", "bool", "negative", "huge", "end-str", "end-past-the-last-device"])
+    {"ev": "rejected", "round": "x", "users": [1]},
+], ids=["str", "not-a-list", "bool", "negative", "huge", "end-str", "end-past-the-last-device", "round-str"])
 def test_s32_r1_a_record_naming_no_device_of_the_deployment_is_a_corrupt_journal(record: dict[str, Any]) -> None:
     """Session 31's fix of S31-R2-1 refuses a ``strikes_cleared`` record whose ``device`` is not
     null or an int id in ``[0, num_users)`` (``CorruptState`` naming it).  The two other records that
@@ -298,7 +299,7 @@ def test_s32_r1_a_record_naming_no_device_of_the_deployment_is_a_corrupt_journal
     0-29) are counted as strikes -- ``True`` as device 1's, the others against devices that do not
     exist (shown in ``status``'s ``strikes``).  The server writes sorted int ids of its round only;
     anything else is a journal it never wrote, and should be refused as the ``strikes_cleared``
-    record is."""
+    record is.  (Any record's ``round`` goes through ``int()`` the same way: ``"x"`` is a traceback.)"""
     srv = j21.servers("cuckoo", False)
     try:
         leader = srv.nodes[0]
