@@ -277,8 +277,6 @@ def test_a_device_absorbed_at_one_server_only_leaves_neither_its_folded_words_no
 A = j21.ATTACKER
 
 
-@pytest.mark.xfail(strict=True, reason="S32-R1: the replay takes a rejected record's or a round end's 'rejected' "
-                                       "names with int() unchecked (a traceback, or a strike for no device)")
 @pytest.mark.parametrize("record", [
     {"ev": "rejected", "users": ["x"]},
     {"ev": "rejected", "users": 5},
@@ -299,7 +297,10 @@ def test_s32_r1_a_record_naming_no_device_of_the_deployment_is_a_corrupt_journal
     0-29) are counted as strikes -- ``True`` as device 1's, the others against devices that do not
     exist (shown in ``status``'s ``strikes``).  The server writes sorted int ids of its round only;
     anything else is a journal it never wrote, and should be refused as the ``strikes_cleared``
-    record is.  (Any record's ``round`` goes through ``int()`` the same way: ``"x"`` is a traceback.)"""
+    record is.  (Any record's ``round`` goes through ``int()`` the same way: ``"x"`` is a traceback.)
+    Fixed (session 32, lead): the replay refuses each of these as ``CorruptState`` naming the record
+    (``devices`` in ``NodeState._recover``; a ``count_first`` record's users and a round end's
+    ``included`` too)."""
     srv = j21.servers("cuckoo", False)
     try:
         leader = srv.nodes[0]
