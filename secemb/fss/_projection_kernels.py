@@ -33,17 +33,20 @@ rows, 16 planes: four uint32 devices, 64 entries); a pass takes 48 rows and four
 uint64 ring), three tiles of the rows' entries (stored a step's 64 entries of 48 rows at a time,
 :func:`expand_steps`, so that a tile is 1 KiB in order) and one of the planes a step of 64 entries.
 For 20 devices of 16,251 uint32 words and 40 rows on one seed (a cuckoo batch's challenge), expansion and
-products together (``/tmp``-script A/B, interleaved pairs, session 32, load 8-10 on 2 shared cores): 542
--> 337 us of thread CPU time, medians of 10 pairs (``vpsignd`` 4 rows a pass against the tiles; alone:
-the tile expansion 63 us, the planes 61, the tile products and their combination about 95); on a uint64
-ring 6.9 -> 1.2 ms of wall time.  In the bench's own flow, where each call expands into a fresh scratch
-and the affine parts come from memory, the products of a bound check took 0.56-0.70 -> 0.31-0.34 ms
-but the expansion 0.10 -> 0.19 ms (48 rows of 16,320 entries, cold), and :func:`affine_vector` 0.47 ms
-either way (its inputs' reads).  A tile product takes 15-45 ns here (the 16 cycles of AMX's throughput
-would be 7): the steps wait on the loads of tiles that the last step's products still read, which no
-schedule of the 8 tile registers tried (2 x 2, 1 x 2 double-buffered) removed reliably under this load.
-Not tried: AVX-512's masked adds on bit planes of the entries, whose two ports of 512-bit work bound
-them at 16 terms a cycle, 1.33 times ``vpsignd``'s 12.
+products together against :func:`expand_rows` and :func:`sign_products` (4 rows a pass), on the same
+inputs, in interleaved pairs (session 32, a ``/tmp`` script, load 7-10 on 2 shared cores whose sibling
+threads' load moved the absolute figures by 2x between runs): medians of 10 pairs of thread CPU time 542
+-> 337 us (1.61x), then, with :func:`_step_entries` (the expansion 63 -> 32 us), 1088 -> 572 us (1.90x);
+on a uint64 ring 6.9 -> 1.2 ms of wall time (6.2x).  Alone (best of 7, thread CPU): the expansion 32 us,
+the planes 64, the tile products and their combination about 110.  In the bench's own flow (robust's
+rounds, tiles on and off in alternate rounds), :func:`~secemb.fss.projections.project_affine` took 1.09
+-> 0.89 ms of thread CPU time (medians of 23 and 25 calls): what is left is mostly :func:`affine_vector`,
+0.45-0.6 ms of 20 calls whose inputs (130 KB a device) come from memory, and Python.  A tile product
+takes 15-45 ns here, where AMX's throughput of one in 16 cycles would be 7; perhaps the steps wait on the
+loads of tiles that the last step's products still read, but no other use of the 8 tile registers tried
+(2 x 2 tiles of sums, 1 x 2 double-buffered) was reliably faster under this load.  Not tried: AVX-512's
+masked adds on bit planes of the entries, which two ports of 512-bit work bound at 16 terms a cycle, by
+this arithmetic 1.33 times ``vpsignd``'s 12.
 """
 
 from __future__ import annotations
@@ -358,25 +361,58 @@ def _tile_sums(typingctx, config, entries, entry_stride, entry_step, planes, pla
     return sig, codegen
 
 
+@intrinsic
+def _step_entries(typingctx, source, target):  # noqa: ANN001, ANN201 - numba intrinsic protocol
+    """The 64 int8 entries of the 16 stream bytes at the address ``source``, written at the address ``target``:
+    :data:`ENTRY_WORDS`' word of each byte computed in 16 lanes, ``a`` and ``b`` the byte's even and odd bits
+    spread to the low bit of each byte of the word (``(v & 0x55) * 0x41041 & 0x01010101``: the four products'
+    bits meet nowhere else) and the word ``(a ^ b) | ((b & ~a) * 0xFE)`` (1, -1 or 0 a byte)."""
+    sig = types.void(source, target)
+
+    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
+        lanes = ir.VectorType(_I32, TILE_ROWS)
+
+        def splat(value: int) -> ir.Constant:
+            return ir.Constant(lanes, [value] * TILE_ROWS)
+
+        stream = builder.load(builder.inttoptr(args[0], ir.VectorType(_I8, TILE_ROWS).as_pointer()), align=1)
+        v = builder.zext(stream, lanes)
+        even = builder.and_(builder.mul(builder.and_(v, splat(0x55)), splat(0x41041)), splat(0x01010101))
+        odd = builder.lshr(v, splat(1))
+        odd = builder.and_(builder.mul(builder.and_(odd, splat(0x55)), splat(0x41041)), splat(0x01010101))
+        minus = builder.mul(builder.and_(odd, builder.xor(even, splat(0xFFFFFFFF))), splat(0xFE))
+        builder.store(builder.or_(builder.xor(even, odd), minus), builder.inttoptr(args[1], lanes.as_pointer()),
+                      align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 @njit(cache=True, nogil=True)
 def expand_steps(stream: np.ndarray, s: int, rows: int, t: np.ndarray,
                  entry_words: np.ndarray) -> None:  # pragma: no cover - compiled
     """:func:`expand_rows` into :func:`tile_products`' layout: entry ``j`` of row ``i < rows`` at ``t[j / 64, i,
     j mod 64]``, int8 ``t`` (steps, >= rows, 64), C-contiguous, ``64 steps >= 4 B``, ``B = stream.shape[1] /
-    rows`` (a step's 64 entries of a tile's 16 rows are 1 KiB in order); its other entries untouched.  Each
-    row's stream bytes are read in order, the word of a byte's four entries (``entry_words``, pass
-    :data:`ENTRY_WORDS`) stored at its step's block: 60 against 45 us for :func:`expand_rows` at 40 rows of
-    16,251 entries (session 32, under load); a loop of the 16 words of a step a pass was 3 times slower."""
+    rows`` (a step's 64 entries of a tile's 16 rows are 1 KiB in order); its other entries untouched.  The
+    steps are written in the order of ``t``, 16 stream bytes at a time (:func:`_step_entries`: no table), a
+    last step of fewer through ``entry_words`` (pass :data:`ENTRY_WORDS`)."""
     if rows == 0:
         return
     words = t.view(np.uint32)  # word k of row i: words[k / 16, i, k mod 16], entries 4 k .. 4 k + 3
-    per_row = stream.shape[1] // rows
-    if t.shape[2] != TILE_BYTES or words.shape[1] < rows or TILE_ROWS * words.shape[0] < per_row:
+    per_row, height = stream.shape[1] // rows, t.shape[1]
+    if (t.shape[2] != TILE_BYTES or height < rows or TILE_ROWS * t.shape[0] < per_row or stream.strides[1] != 1
+            or t.strides[0] != TILE_BYTES * height or t.strides[1] != TILE_BYTES or t.strides[2] != 1
+            or not 0 <= s < stream.shape[0]):
         raise ValueError("expand_steps: a scratch of too few rows or steps")
+    whole, source = per_row // TILE_ROWS, stream.ctypes.data + s * stream.strides[0]
+    for b in range(whole):
+        for i in range(rows):
+            _step_entries(source + i * per_row + TILE_ROWS * b,  # type: ignore[call-arg]  # numba's stub
+                          t.ctypes.data + TILE_BYTES * (b * height + i))
     for i in range(rows):
         at = i * per_row
-        for k in range(per_row):
-            words[k >> 4, i, k & 15] = entry_words[stream[s, at + k]]
+        for k in range(TILE_ROWS * whole, per_row):
+            words[whole, i, k - TILE_ROWS * whole] = entry_words[stream[s, at + k]]
 
 
 @intrinsic

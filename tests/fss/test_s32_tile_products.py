@@ -202,3 +202,16 @@ def test_expand_steps_writes_only_its_rows(length: int) -> None:
     for small in (np.zeros((-(-used // 64) - 1, 48, 64), np.int8), np.zeros((steps, rows - 1, 64), np.int8)):
         with pytest.raises(ValueError, match="too few"):
             expand_steps(stream, 0, rows, small, ENTRY_WORDS)
+
+
+def test_expand_steps_computes_every_byte_values_entries() -> None:
+    """expand_steps computes the entries of whole steps (16 stream bytes) without the table: every byte
+    value, in every lane, against the specification's ``a - b``; the last, partial step through the table."""
+    from secemb.fss._projection_kernels import ENTRY_WORDS, expand_steps
+
+    values = np.arange(256, dtype=np.uint8)
+    stream = np.concatenate([values, np.roll(values, 7), values[:9]])[None, :]  # 32 whole steps and 9 bytes
+    t = np.zeros((-(-stream.shape[1] // 16), 48, 64), np.int8)
+    expand_steps(stream, 0, 1, t, ENTRY_WORDS)
+    got = t[:, 0, :].reshape(-1)[: 4 * stream.shape[1]].tolist()
+    assert got == [((v >> (2 * q)) & 1) - ((v >> (2 * q + 1)) & 1) for v in stream[0].tolist() for q in range(4)]
