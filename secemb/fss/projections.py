@@ -300,8 +300,10 @@ AffinePart = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 def _affine_checked(parts: Sequence[AffinePart]) -> tuple[np.dtype, int]:
     """The ring dtype and the length ``L = S w + P`` of :func:`project_affine`'s ``parts``, validated."""
-    for got in parts:
-        if not isinstance(got, tuple) or len(got) != 4 or not all(isinstance(a, np.ndarray) for a in got):
+    for got in parts:  # four isinstance calls, not a generator a part: this runs for every device of a check
+        if not (isinstance(got, tuple) and len(got) == 4 and isinstance(got[0], np.ndarray)
+                and isinstance(got[1], np.ndarray) and isinstance(got[2], np.ndarray)
+                and isinstance(got[3], np.ndarray)):
             raise InvalidParameters("each part must be a tuple of four arrays (base, count, words, tail)")
     if not parts:
         return np.dtype(np.uint64), 0
