@@ -468,7 +468,7 @@ def tile_products(t: np.ndarray, rows: int, x: np.ndarray, at: np.ndarray, out: 
                   planes: np.ndarray, sums: np.ndarray, config: np.ndarray) -> None:  # pragma: no cover - compiled
     """:func:`ternary_products`'s ``out[to[m]] = t x[at[m]] mod 2^k`` (rows ``i < rows``) by AMX (:data:`TILES`;
     the caller checks) for ``x`` (n, L) of at most :data:`TILE_LENGTH` words, with ``t`` int8 (steps, R, 64),
-    ``R`` a multiple of :data:`TILE_COLUMNS`, ``64 steps >= L``, C-contiguous (:func:`expand_rows`' rows in
+    ``R`` a multiple of :data:`TILE_COLUMNS`, ``64 steps >= L``, C-contiguous (:func:`expand_steps`' rows in
     blocks of a step's 64 entries, so that a tile of 16 rows is 1 KiB read in order; its other entries any:
     they meet zero bytes or give sums no device reads), scratches ``planes`` uint32 (``16 steps``, a multiple
     of 16) and ``sums`` int32 (``R``, ``planes.shape[1]``), C-contiguous, and ``config`` :data:`TILE_CONFIG`.
@@ -510,7 +510,8 @@ class Products:
     :func:`tile_products` where AMX runs (:data:`TILES`) and ``L <=`` :data:`TILE_LENGTH`, else
     :func:`products_for`'s kernel; the same words.
 
-    ``expand(stream, s)`` expands stream ``s`` of ``rows`` ternary rows of length ``L`` (:func:`expand_rows`);
+    ``expand(stream, s)`` expands stream ``s`` of ``rows`` ternary rows of length ``L`` (:func:`expand_steps` or
+    :func:`expand_rows`);
     ``project(x, at, out, to)`` sets ``out[to[m]] = t x[at[m]] mod 2^k`` (``x`` ring (n, L) of ``dtype``,
     C-contiguous; ``at``, ``to`` intp of one length); :attr:`group` is the devices a pass, for a caller that
     forms their vectors in a scratch (:func:`affine_vector`) before it projects them."""
