@@ -34,19 +34,20 @@ uint64 ring), three tiles of the rows' entries (stored a step's 64 entries of 48
 :func:`expand_steps`, so that a tile is 1 KiB in order) and one of the planes a step of 64 entries.
 For 20 devices of 16,251 uint32 words and 40 rows on one seed (a cuckoo batch's challenge), expansion and
 products together against :func:`expand_rows` and :func:`sign_products` (4 rows a pass), on the same
-inputs, in interleaved pairs (session 32, a ``/tmp`` script, load 7-10 on 2 shared cores whose sibling
-threads' load moved the absolute figures by 2x between runs): medians of 10 pairs of thread CPU time 542
--> 337 us (1.61x), then, with :func:`_step_entries` (the expansion 63 -> 32 us), 1088 -> 572 us (1.90x);
-on a uint64 ring 6.9 -> 1.2 ms of wall time (6.2x).  Alone (best of 7, thread CPU): the expansion 32 us,
-the planes 64, the tile products and their combination about 110.  In the bench's own flow (robust's
-rounds, tiles on and off in alternate rounds), :func:`~secemb.fss.projections.project_affine` took 1.09
--> 0.89 ms of thread CPU time (medians of 23 and 25 calls): what is left is mostly :func:`affine_vector`,
-0.45-0.6 ms of 20 calls whose inputs (130 KB a device) come from memory, and Python.  A tile product
-takes 15-45 ns here, where AMX's throughput of one in 16 cycles would be 7; perhaps the steps wait on the
-loads of tiles that the last step's products still read, but no other use of the 8 tile registers tried
-(2 x 2 tiles of sums, 1 x 2 double-buffered) was reliably faster under this load.  Not tried: AVX-512's
-masked adds on bit planes of the entries, which two ports of 512-bit work bound at 16 terms a cycle, by
-this arithmetic 1.33 times ``vpsignd``'s 12.
+inputs, in 10 interleaved pairs (session 32, a ``/tmp`` script, 2 shared cores, load 5): medians 585 -> 197
+us of thread CPU time (2.96x), 556 -> 220 us of wall time (2.51x); on a uint64 ring (:func:`ternary_products`
+before) 4.26 -> 0.69 ms of thread CPU time (6.1x).  Alone (best of 7, thread CPU, load 7-10): the
+expansion 32 us (63 with a table, as :func:`expand_rows`), the planes 64, the tile products and their
+combination about 110.  In the bench's own flow (robust's rounds, tiles on and off in alternate rounds,
+load 5), :func:`~secemb.fss.projections.project_affine` took 1.03 -> 0.81 ms of thread CPU time (medians
+of 29 and 31 calls), the check's calls ``bound_answer`` 2.00 -> 1.80 ms and ``bound_rejected`` 1.94 ->
+1.69: what is left of the projections is mostly :func:`affine_vector`, whose inputs (130 KB a device) come
+from memory (12-15 us a device cold against 3.7 warm), and Python (about 0.1 ms a call of 20 devices).
+A tile product takes 15-45 ns here, where AMX's throughput of one in 16 cycles would be 7; perhaps the
+steps wait on the loads of tiles that the last step's products still read, but no other use of the 8 tile
+registers tried (2 x 2 tiles of sums, 1 x 2 double-buffered) was reliably faster under load.  Not tried:
+AVX-512's masked adds on bit planes of the entries, which two ports of 512-bit work bound at 16 terms a
+cycle, by this arithmetic 1.33 times ``vpsignd``'s 12.
 """
 
 from __future__ import annotations
