@@ -21,8 +21,9 @@ Four rows a pass (where AVX-512's 32 vector registers hold the 16 sums) read the
 again: 460 -> 421 us alone, and the bench's two bound-check calls 0.24-0.27 ms less a round (session 29,
 under load).
 
-Where the CPU has AMX (AMX-TILE, AMX-INT8) and Linux grants the process its tile state (:data:`TILES`:
-asked once, at import; a permission of the whole process, which also makes its signal frames larger),
+Where the CPU has AMX (AMX-TILE, AMX-INT8) and Linux grants the process its tile state (:func:`tiles`:
+asked once, by the first :class:`Products` of the process, never at import; a permission of the whole
+process, which also makes its signal frames larger),
 :class:`Products` takes :func:`tile_products` instead, on either ring: the products as tile matrix
 products.  A device's words are split into their ``P`` byte planes (``P = 4`` on a uint32 ring, 8 on a
 uint64 one; :func:`word_planes`: one byte shuffle a four words), ``x = sum_p 2^(8 p) x_p`` with ``x_p``
@@ -53,6 +54,7 @@ cycle, by this arithmetic 1.33 times ``vpsignd``'s 12.
 from __future__ import annotations
 
 import ctypes
+import functools
 import platform
 import sys
 from collections.abc import Callable
@@ -281,8 +283,12 @@ def _tiles_permitted() -> bool:
     return bool(libc.syscall(_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA) == 0)
 
 
-#: whether :func:`tile_products` can run here (:func:`_tiles_permitted`)
-TILES = _tiles_permitted()
+@functools.cache
+def tiles() -> bool:
+    """Whether :func:`tile_products` can run in this process (:func:`_tiles_permitted`, asked on the first
+    call only: a process that never projects never asks Linux for the tile state)."""
+    return _tiles_permitted()
+
 #: a tile's rows and bytes a row, in every tile :func:`_tile_sums` configures (AMX's largest: 1 KiB)
 TILE_ROWS, TILE_BYTES = 16, 64
 #: projection rows a pass of :func:`_tile_sums`: three tiles of 16
@@ -311,7 +317,7 @@ TILE_CONFIG = _tile_config()
 @intrinsic
 def _tile_sums(typingctx, config, entries, entry_stride, entry_step, planes, plane_stride, sums,  # noqa: ANN001, ANN201
                sum_stride, steps):
-    """``C = A B`` by AMX's ``tdpbsud`` (the caller checks :data:`TILES`), in int32 (which no sum leaves if
+    """``C = A B`` by AMX's ``tdpbsud`` (the caller checks :func:`tiles`), in int32 (which no sum leaves if
     ``steps <= TILE_LENGTH / 64``): ``A`` (48, 64 steps) int8, its 64 columns of step ``k`` at ``entries + k
     entry_step`` (rows ``entry_stride`` bytes apart); ``B`` (64 steps, 16) uint8, ``B[4 k + q, n]`` byte ``q``
     of word ``n`` of row ``k`` of the uint32 at ``planes`` (rows ``plane_stride`` bytes apart: AMX's layout of
@@ -467,7 +473,7 @@ def word_planes(x: np.ndarray, at: np.ndarray, planes: np.ndarray) -> None:  # p
 @njit(cache=True, nogil=True)
 def tile_products(t: np.ndarray, rows: int, x: np.ndarray, at: np.ndarray, out: np.ndarray, to: np.ndarray,
                   planes: np.ndarray, sums: np.ndarray, config: np.ndarray) -> None:  # pragma: no cover - compiled
-    """:func:`ternary_products`'s ``out[to[m]] = t x[at[m]] mod 2^k`` (rows ``i < rows``) by AMX (:data:`TILES`;
+    """:func:`ternary_products`'s ``out[to[m]] = t x[at[m]] mod 2^k`` (rows ``i < rows``) by AMX (:func:`tiles`;
     the caller checks) for ``x`` (n, L) of at most :data:`TILE_LENGTH` words, with ``t`` int8 (steps, R, 64),
     ``R`` a multiple of :data:`TILE_COLUMNS`, ``64 steps >= L``, C-contiguous (:func:`expand_steps`' rows in
     blocks of a step's 64 entries, so that a tile of 16 rows is 1 KiB read in order; its other entries any:
@@ -508,7 +514,7 @@ def tile_products(t: np.ndarray, rows: int, x: np.ndarray, at: np.ndarray, out: 
 
 class Products:
     """The compiled products of one seed's rows at a time with its devices' vectors, with their scratch:
-    :func:`tile_products` where AMX runs (:data:`TILES`) and ``L <=`` :data:`TILE_LENGTH`, else
+    :func:`tile_products` where AMX runs (:func:`tiles`) and ``L <=`` :data:`TILE_LENGTH`, else
     :func:`products_for`'s kernel; the same words.
 
     ``expand(stream, s)`` expands stream ``s`` of ``rows`` ternary rows of length ``L`` (:func:`expand_steps` or
@@ -518,7 +524,7 @@ class Products:
     forms their vectors in a scratch (:func:`affine_vector`) before it projects them."""
 
     def __init__(self, dtype: np.dtype, rows: int, length: int) -> None:
-        self.rows, self.tiles = rows, TILES and length <= TILE_LENGTH
+        self.rows, self.tiles = rows, length <= TILE_LENGTH and tiles()
         if self.tiles:
             steps = max(1, -(-length // TILE_BYTES))
             self.t = np.empty((steps, -(-rows // TILE_COLUMNS) * TILE_COLUMNS, TILE_BYTES), np.int8)

@@ -21,9 +21,9 @@ pytestmark = pytest.mark.skipif(not kernels.compiled(), reason="needs the compil
 
 
 def _tiles_here() -> bool:
-    from secemb.fss._projection_kernels import TILES
+    from secemb.fss._projection_kernels import tiles
 
-    return TILES
+    return tiles()
 
 
 needs_tiles = pytest.mark.skipif(not kernels.compiled() or not _tiles_here(), reason="needs AMX (and Linux's leave)")
@@ -85,7 +85,7 @@ def test_tile_products_equal_the_row_kernels_at_ml100k(dtype: type, length: int,
     stream[0, : -(-length // 4)] = 0xAA  # row 0: every entry -1
     got = {}
     for tiles in (True, False):
-        monkeypatch.setattr(pk, "TILES", tiles)
+        monkeypatch.setattr(pk, "tiles", lambda tiles=tiles: tiles)
         products = pk.Products(np.dtype(dtype), rows, length)
         assert products.tiles == tiles
         products.expand(stream, 0)
@@ -148,7 +148,7 @@ def test_tiles_need_the_cpu_features(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(pk, "host_cpu_features", lambda: {"avx2": True, "amx-tile": True})
     assert not pk._tiles_permitted()
-    monkeypatch.setattr(pk, "TILES", False)
+    monkeypatch.setattr(pk, "tiles", lambda: False)
     assert not pk.Products(np.dtype(np.uint32), 40, 100).tiles
 
 
@@ -162,7 +162,7 @@ def test_projections_with_and_without_tiles_on_two_threads(tiles: bool, dtype: t
     from secemb.fss import _projection_kernels as pk
     from secemb.fss.projections import project_affine, project_each
 
-    monkeypatch.setattr(pk, "TILES", tiles)
+    monkeypatch.setattr(pk, "tiles", lambda: tiles)
     k, rows, slots, width, dense = 8 * np.dtype(dtype).itemsize, 40, 6, 13, 3
     seeds = [os.urandom(16) for _ in range(2)]
     which = [0, 1, 1, 0, 1, 1, 1, 0, 1]
