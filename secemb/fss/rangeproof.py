@@ -179,6 +179,8 @@ __all__ = [
     "seed_parts",
     "device_part",
     "parse",
+    "own_parts",
+    "well_formed",
     "check_message",
     "verifier_messages",
     "parse_verifier_messages",
@@ -190,6 +192,8 @@ PART_BYTES = 32
 _JOINT_WORDS = PART_BYTES // 8
 _DOMAIN = b"secemb/fss/rangeproof/v1/"
 _P = np.uint64(F.P)
+# words before the elements of a message to server 0: blind_0 and part_1
+_HEAD_WORDS = (SEED_BYTES + PART_BYTES) // 8
 # devices per block in verifier_messages: bounds its temporaries (at rows 40, t 26 a block's largest is
 # about 1 MiB; at 128 devices they were mapped afresh each block, 2,000 page faults a call of 100 devices)
 _VERIFIER_BLOCK = 64
@@ -742,17 +746,61 @@ def parse(params: RangeParams, party: int, msgs: Sequence[bytes]) -> ProofShares
     n, big_n, plen = len(msgs), params.witness_length, params.proof_length
     for i, m in enumerate(msgs):
         _check_size(params, party, m, i)
-    raw = np.frombuffer(b"".join(bytes(m) for m in msgs), dtype=np.uint8).reshape(n, size)
+    data = b"".join(msgs)
+    raw = np.frombuffer(data, dtype=np.uint8).reshape(n, size)
     keys = raw[:, :SEED_BYTES].copy()
     hints = raw[:, SEED_BYTES : SEED_BYTES + PART_BYTES].copy()
     if party == 1:  # the seeds expanded as one batch
-        shares = F.expand_many([seed.tobytes() for seed in keys], big_n + plen)
-    else:
-        shares = raw[:, SEED_BYTES + PART_BYTES :].copy().view("<u8").astype(np.uint64)
-        bad = np.flatnonzero(np.any(shares >= np.uint64(F.P), axis=1))
+        shares = F.expand_many(row_bytes(keys), big_n + plen)
+    else:  # the elements after each head, one copy (size and the head are whole words)
+        shares = np.frombuffer(data, dtype="<u8").reshape(n, size // 8)[:, _HEAD_WORDS:].astype(np.uint64)
+        bad = np.flatnonzero(shares.max(axis=1, initial=0) >= _P)
         if bad.size:
             raise InvalidMessage(f"range proof message {int(bad[0])} for server 0: an element is not below p")
     return ProofShares(party, keys, hints, shares[:, :big_n], shares[:, big_n:])
+
+
+def own_parts(params: RangeParams, shares: ProofShares, contexts: Sequence[bytes]) -> list[bytes]:
+    """This server's own joint-randomness part of each of the ``n`` devices of its :func:`parse`
+    result ``shares``, each under its context: server 0's :func:`hint_of` of the device's message
+    (from its key and witness shares), server 1's :func:`seed_part` of its seed -- what
+    :func:`verifier_messages` takes as ``parts``; hashed as one batch where the contexts are of one
+    length (:func:`_parts`), the same bytes.
+
+    Raises
+    ------
+    InvalidParameters
+        If ``shares`` were not parsed under ``params``, or ``contexts`` are not ``n`` bytes objects.
+    """
+    n = len(shares)
+    if shares.inputs.shape != (n, params.witness_length) or shares.keys.shape != (n, SEED_BYTES):
+        raise InvalidParameters(f"shares of {n} devices were not parsed under {params}")
+    if len(contexts) != n:
+        raise InvalidParameters(f"need one context a device: {n} devices, {len(contexts)} contexts")
+    return _own_parts(shares, [_context(c) for c in contexts])
+
+
+def _own_parts(shares: ProofShares, contexts: list[bytes]) -> list[bytes]:
+    """:func:`own_parts` of checked arguments (contexts as bytes)."""
+    if not len(shares):
+        return []
+    # server 0 hashes its witness shares' wire bytes (little-endian words), server 1 its seed alone
+    inputs = shares.inputs.astype("<u8", copy=False).view(np.uint8) if shares.party == 0 else \
+        np.empty((len(shares), 0), np.uint8)
+    return _parts(shares.party, contexts, shares.keys, inputs)
+
+
+def well_formed(params: RangeParams, msgs: Sequence[bytes | memoryview]) -> np.ndarray:
+    """``bool (n,)``: which of the ``n`` untrusted messages to server 0 :func:`check_message` takes
+    (``params.message_bytes(0)`` bytes whose field elements are below ``p``), read as one buffer: a
+    batch's intake checks its messages in one pass, then names a refused one's fault with
+    :func:`check_message`."""
+    size = params.message_bytes(0)
+    sized = [i for i, m in enumerate(msgs) if _nbytes(m) == size]
+    words = np.frombuffer(b"".join([msgs[i] for i in sized]), dtype="<u8").reshape(len(sized), size // 8)
+    out = np.zeros(len(msgs), bool)
+    out[sized] = words[:, _HEAD_WORDS:].max(axis=1, initial=0) < _P
+    return out
 
 
 def check_message(params: RangeParams, party: int, msg: bytes) -> None:
@@ -863,9 +911,7 @@ def _verify_block(
     n = hi - lo
     hints = shares.hints[lo:hi].tobytes()
     ctxs = [bytes(c) for c in contexts]
-    # the part this server can compute, unless given: one batch (the witness shares' bytes at server 0)
-    inputs = x.astype("<u8").view(np.uint8) if party == 0 else np.empty((n, 0), np.uint8)
-    own = list(parts) if parts is not None else _parts(party, ctxs, shares.keys[lo:hi], inputs)
+    own = list(parts) if parts is not None else _own_parts(shares.rows(lo, hi), ctxs)  # one batch, unless given
     jrs = []
     for i in range(n):  # jr one hash a device (in one sha256_many batch: no faster in a round at 20 devices)
         hint = hints[i * PART_BYTES : (i + 1) * PART_BYTES]
