@@ -165,7 +165,7 @@ import numpy as np
 from secemb.errors import InvalidMessage, InvalidParameters, check_int
 from secemb.fss import field as F
 from secemb.fss import kernels
-from secemb.fss.hashing import row_bytes, sha256_many
+from secemb.fss.hashing import row_bytes, sha256_many, shake128_many
 from secemb.randomness import SEED_BYTES, RandomBytes, system_rng
 
 __all__ = [
@@ -404,16 +404,30 @@ def _parts(party: int, contexts: Sequence[bytes], keys: np.ndarray, inputs: np.n
     return row_bytes(sha256_many(_DOMAIN + b"part" + _framed(bytes([party])), _framed_rows(rows, keys, inputs)))
 
 
-def _coefficients(params: RangeParams, joints: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
+def _joints(contexts: list[bytes], part0: np.ndarray, part1: np.ndarray) -> np.ndarray:
+    """``uint8 (n, 32)``: each device's joint randomness ``jr`` (:func:`_joint` of its context and
+    parts, the rows of uint8 (n, 32) ``part0`` and ``part1``), as one
+    :func:`~secemb.fss.hashing.sha256_many` batch where the contexts are of one length, else one hash
+    a device; the same digests."""
+    rows = _context_rows(contexts)
+    if rows is None:
+        data = b"".join(_joint(c, p0.tobytes(), p1.tobytes()) for c, p0, p1 in zip(contexts, part0, part1, strict=True))
+        return np.frombuffer(data, np.uint8).reshape(len(contexts), PART_BYTES)
+    return sha256_many(_DOMAIN + b"joint", _framed_rows(rows, part0, part1))
+
+
+def _coefficients(params: RangeParams, joints: Sequence[bytes] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The coefficients ``(r, r')`` on the gadget calls (``uint64 (n, 2, M/2)``) and ``(s, s')`` on
-    the slots (``uint64 (n, 2, c)``) for each device's joint randomness ``jr``: the element
-    ``e = k c + i`` is weighted by ``r_k s_i`` in ``C_A`` and by ``r'_k s'_i`` in ``C_B``.  Each is
-    uniform in ``[0, 2^60)`` (enough for the Schwartz-Zippel bound of the Soundness section): the
-    top 60 bits of a little-endian word of ``SHAKE-128(domain || jr)``, one call a device."""
+    the slots (``uint64 (n, 2, c)``) for each device's joint randomness ``jr`` (32 bytes each, or
+    their rows uint8 (n, 32)): the element ``e = k c + i`` is weighted by ``r_k s_i`` in ``C_A`` and
+    by ``r'_k s'_i`` in ``C_B``.  Each is uniform in ``[0, 2^60)`` (enough for the Schwartz-Zippel
+    bound of the Soundness section): the top 60 bits of a little-endian word of ``SHAKE-128(domain ||
+    jr)``, the devices' outputs one :func:`~secemb.fss.hashing.shake128_many` batch."""
     half, c = params.half_calls, params.chunk
     width = 2 * (half + c)
-    data = b"".join(hashlib.shake_128(_DOMAIN + b"coefficients" + jr).digest(8 * width) for jr in joints)
-    words = np.frombuffer(data, dtype="<u8").astype(np.uint64).reshape(len(joints), width) >> np.uint64(4)
+    rows = joints if isinstance(joints, np.ndarray) else \
+        np.frombuffer(b"".join(joints), np.uint8).reshape(len(joints), PART_BYTES)
+    words = shake128_many(_DOMAIN + b"coefficients", rows, 8 * width).view("<u8").astype(np.uint64) >> np.uint64(4)
     return words[:, : 2 * half].reshape(-1, 2, half), words[:, 2 * half :].reshape(-1, 2, c)
 
 
@@ -909,16 +923,14 @@ def _verify_block(
 ) -> np.ndarray:
     x, proofs = shares.inputs[lo:hi], shares.proofs[lo:hi]
     n = hi - lo
-    hints = shares.hints[lo:hi].tobytes()
+    hints = shares.hints[lo:hi]
     ctxs = [bytes(c) for c in contexts]
     own = list(parts) if parts is not None else _own_parts(shares.rows(lo, hi), ctxs)  # one batch, unless given
-    jrs = []
-    for i in range(n):  # jr one hash a device (in one sha256_many batch: no faster in a round at 20 devices)
-        hint = hints[i * PART_BYTES : (i + 1) * PART_BYTES]
-        jrs.append(_joint(ctxs[i], *((own[i], hint) if party == 0 else (hint, own[i]))))
+    mine = np.frombuffer(b"".join(own), np.uint8).reshape(n, PART_BYTES)
+    jrs = _joints(ctxs, mine, hints) if party == 0 else _joints(ctxs, hints, mine)
     calls, slots = _coefficients(params, jrs)
     msg = np.empty((n, params.verifier_length), dtype=np.uint64)
-    msg[:, params.opened_length :] = np.frombuffer(b"".join(jrs), dtype="<u8").reshape(n, _JOINT_WORDS)
+    msg[:, params.opened_length :] = jrs.view("<u8")
     if kernels.compiled():  # the same field elements in one compiled pass over the block's devices
         from secemb.fss._rangeproof_kernels import verifier_core
 

@@ -127,7 +127,7 @@ import numpy as np
 from secemb.errors import InvalidMessage, InvalidParameters, check_int
 from secemb.fss import field as F
 from secemb.fss import kernels
-from secemb.fss.hashing import row_bytes, sha256_many
+from secemb.fss.hashing import row_bytes, sha256_many, shake128_many
 from secemb.fss.sketch import SKETCH_SEED_BYTES  # c_u's length, and the query seed q's (HMAC-SHA256 cut to it)
 from secemb.randomness import DRBG_DOMAIN, SEED_BYTES, RandomBytes, drbg_key, system_rng
 
@@ -270,21 +270,29 @@ def _coefficients(params: SketchParams, seeds: Sequence[bytes]) -> tuple[np.ndar
     ``c_u``: uniform field elements, :func:`secemb.fss.field.xof` of ``domain || "coefficients" ||
     c_u`` (one SHAKE-128 call a device, reduced as one batch)."""
     m, width = params.calls, params.calls + params.chunk
-    data = b"".join(_coefficient_bytes(params, seed) for seed in seeds)
+    words = _coefficient_words(params, seeds)
     if kernels.compiled():  # the same elements in one compiled pass
         from secemb.fss._sketchproof_kernels import reduce_words
 
         out = np.empty((len(seeds), width), np.uint64)
-        reduce_words(np.frombuffer(data, "<u8"), out.reshape(-1))
+        reduce_words(words.reshape(-1), out.reshape(-1))
     else:
-        out = F.from_uniform_bytes(data, len(seeds) * width).reshape(len(seeds), width)
+        out = F.from_uniform_bytes(words.reshape(-1), len(seeds) * width).reshape(len(seeds), width)
     return out[:, :m], out[:, m:]
 
 
-def _coefficient_bytes(params: SketchParams, seed: bytes) -> bytes:
-    """The ``16 (M + c)`` bytes of SHAKE-128 whose 16-byte integers, reduced mod ``p``, are
-    :func:`_coefficients`' ``r || s`` for the device seed ``seed``."""
-    return hashlib.shake_128(_DOMAIN + b"coefficients" + seed).digest(16 * (params.calls + params.chunk))
+def _seed_rows(seeds: Sequence[bytes]) -> np.ndarray:
+    """The 16-byte seeds as the rows of uint8 (n, 16)."""
+    return np.frombuffer(b"".join(seeds), np.uint8).reshape(len(seeds), SKETCH_SEED_BYTES)
+
+
+def _coefficient_words(params: SketchParams, seeds: Sequence[bytes]) -> np.ndarray:
+    """``uint64 (n, 2 (M + c))``: per device seed, the ``16 (M + c)`` bytes of SHAKE-128 of ``domain ||
+    "coefficients" || seed`` as little-endian words, whose 16-byte integers, reduced mod ``p``, are
+    :func:`_coefficients`' ``r || s``; the devices' outputs one
+    :func:`~secemb.fss.hashing.shake128_many` batch."""
+    data = shake128_many(_DOMAIN + b"coefficients", _seed_rows(seeds), 16 * (params.calls + params.chunk))
+    return data.view("<u8").astype(np.uint64, copy=False)
 
 
 def _calls(params: SketchParams, x: np.ndarray) -> np.ndarray:
@@ -397,7 +405,7 @@ def _prove_compiled(params: SketchParams, x: np.ndarray, seed: bytes, sigma: byt
     seeds' bytes (one ``rng`` call, as :func:`_prove_inputs`) and server 1's AES-CTR stream
     (:func:`secemb.fss._rangeproof_kernels.ctr_streams` under ``drbg_key(share_seed(sigma))``, the
     stream :func:`secemb.fss.field.expand` reads) go in raw (:func:`_prove_drawn`)."""
-    coefficients = np.frombuffer(_coefficient_bytes(params, seed), "<u8")
+    coefficients = _coefficient_words(params, [seed])[0]
     wire_words = np.frombuffer(rng(16 * 2 * params.wires), "<u8")
     key = np.frombuffer(drbg_key(share_seed(sigma)), np.uint8).reshape(1, 32)
     return _prove_drawn(params, x, coefficients, wire_words, key, F.ELEMENT_BYTES * params.proof_length)
@@ -470,8 +478,8 @@ def prove_many(params: SketchParams, xs: np.ndarray, seeds: Sequence[bytes], sig
     if not kernels.compiled() or not n:  # the numpy reference: device by device
         return [_prove_reference(params, x, seed, bytes(sigma), rng, i)
                 for i, (x, seed, sigma, rng) in enumerate(zip(xs, seeds, sigmas, rngs, strict=True))]
-    (kernel, ctr), words = _prover_kernels(), 2 * (params.calls + params.chunk)
-    coefficients = np.frombuffer(b"".join(_coefficient_bytes(params, seed) for seed in seeds), "<u8").reshape(n, words)
+    kernel, ctr = _prover_kernels()
+    coefficients = _coefficient_words(params, seeds)
     wire_words = np.frombuffer(b"".join(rng(16 * 2 * params.wires) for rng in rngs), "<u8").reshape(n, 4 * params.wires)
     _, keys = _share_keys(np.frombuffer(sigma_rows, np.uint8).reshape(n, SEED_BYTES))  # drbg_key(share_seed(sigma))
     nbytes = F.ELEMENT_BYTES * params.proof_length
@@ -582,10 +590,10 @@ def _points(params: SketchParams, queries: Sequence[bytes]) -> np.ndarray:
     d = params.gadget_nodes
     m1, m2 = F.P - d, F.P - d - 1
     points: list[int] = []
-    for q in queries:
-        blob = hashlib.shake_128(_DOMAIN + b"query" + q).digest(32)
-        h1 = int.from_bytes(blob[:16], "little") % m1
-        h2 = int.from_bytes(blob[16:], "little") % m2
+    blobs = shake128_many(_DOMAIN + b"query", _seed_rows(queries), 32).tobytes()  # the devices' outputs, one batch
+    for at in range(0, len(blobs), 32):
+        h1 = int.from_bytes(blobs[at : at + 16], "little") % m1
+        h2 = int.from_bytes(blobs[at + 16 : at + 32], "little") % m2
         points += (d + h1, d + (h1 + 1 + h2) % m1)  # any non-node value but rho_1
     return np.array(points, np.uint64).reshape(len(queries), 2)
 
