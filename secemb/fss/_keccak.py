@@ -124,10 +124,10 @@ def _shake_rows(prefix, rows, out):  # noqa: ANN001, ANN201
             for i in range(_RATE_WORDS):
                 for m in range(LANES):
                     state[i, m] ^= blocks[m, at + i]
-            _permute(state.ctypes.data)
+            _permute(state.ctypes.data)  # type: ignore[call-arg]  # numba's stub keeps typingctx
         for at in range(0, width, _RATE_WORDS):
             if at:
-                _permute(state.ctypes.data)
+                _permute(state.ctypes.data)  # type: ignore[call-arg]  # numba's stub keeps typingctx
             for i in range(min(_RATE_WORDS, width - at)):
                 for m in range(min(LANES, n - first)):
                     out[first + m, at + i] = state[i, m]
