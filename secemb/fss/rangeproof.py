@@ -456,28 +456,28 @@ def _query(params: RangeParams, query_seed: bytes) -> _Query:
     16-byte little-endian integer reduced mod ``p``, as :func:`secemb.fss.field.from_uniform_bytes`
     reduces it)."""
     d, m = params.gadget_nodes, params.digits
-    f = 1 << (2 * m - params.bits)  # 1 for even t, 2 for odd
+    f, place = _places(params)
     width = 2 + 1 + params.rows
     blob = hashlib.shake_128(_DOMAIN + b"query" + _framed(query_seed)).digest(16 * width)
     h1 = int.from_bytes(blob[:16], "little") % (F.P - d)
     h2 = int.from_bytes(blob[16:32], "little") % (F.P - d - 1)
     points = np.array([d + h1, d + (h1 + 1 + h2) % (F.P - d)], dtype=np.uint64)  # any non-node value but rho_1
     delta = np.uint64(int.from_bytes(blob[32:48], "little") % F.P)
-    lag = F.lagrange_coefficients(params.calls + 2, points)  # (2, M + 2)
-    gadget_columns = F.lagrange_coefficients(d, points).T
-    # e_i = f (r_0i + r_1i) - sum_j 4^j d_ij - f 2^k w_i + 2^(2m-1)  (every weight below 2^60 < p)
-    place = np.array([1 << (2 * j) for j in range(m)] + [f << params.ring_bits], dtype=np.uint64)
-    if kernels.compiled():  # the same elements as the numpy below in one compiled pass, rho' reduced there too
-        from secemb.fss._rangeproof_kernels import query_columns
+    if kernels.compiled():  # the same elements as the numpy below in one compiled call, rho' reduced there too
+        from secemb.fss._rangeproof_kernels import query_core
 
+        lag, gadget_columns = np.empty((2, params.calls + 2), np.uint64), np.empty((d, 2), np.uint64)
         pads = np.empty((2, params.chunk), np.uint64)
         witness, ring = np.empty(params.rows * place.size, np.uint64), np.empty(params.rows, np.uint64)
-        constant = query_columns(lag, params.half_calls, params.chunk, params.witness_length,
-                                 np.frombuffer(blob, "<u8", 2 * params.rows, 48).reshape(params.rows, 2), place,
-                                 np.uint64(f), np.uint64(1 << (2 * m - 1)), pads, witness, ring)
+        constant = query_core(points, F.barycentric(params.calls + 2), F.barycentric(d), params.half_calls,
+                              params.chunk, params.witness_length,
+                              np.frombuffer(blob, "<u8", 2 * params.rows, 48).reshape(params.rows, 2), place,
+                              np.uint64(f), np.uint64(1 << (2 * m - 1)), lag, gadget_columns, pads, witness, ring)
         return _Query(wire_rows=lag, pads=pads, gadget_columns=gadget_columns, delta=delta,
                       witness_column=witness.reshape(-1, 1), ring_column=ring.reshape(-1, 1),
                       constant=np.array(constant, np.uint64))
+    lag = F.lagrange_coefficients(params.calls + 2, points)  # (2, M + 2)
+    gadget_columns = F.lagrange_coefficients(d, points).T
     rho = F.from_uniform_bytes(blob[48:], params.rows)
     return _Query(
         wire_rows=lag,
@@ -488,6 +488,18 @@ def _query(params: RangeParams, query_seed: bytes) -> _Query:
         ring_column=F.mul(rho, np.uint64(f))[:, None],
         constant=F.mul(F.sum_mod(rho), np.uint64(1 << (2 * m - 1))),
     )
+
+
+@cache
+def _places(params: RangeParams) -> tuple[int, np.ndarray]:
+    """``f`` (1 for even ``t``, 2 for odd) and the weights of a row's witness elements in its
+    relation, ``uint64 (m + 1,)`` (read-only): ``e_i = f (r_0i + r_1i) - sum_j 4^j d_ij - f 2^k w_i +
+    2^(2m-1)`` (every weight below ``2^60 < p``)."""
+    m = params.digits
+    f = 1 << (2 * m - params.bits)
+    place = np.array([1 << (2 * j) for j in range(m)] + [f << params.ring_bits], dtype=np.uint64)
+    place.setflags(write=False)
+    return f, place
 
 
 def _slot_sums(params: RangeParams, rows: np.ndarray) -> np.ndarray:

@@ -235,12 +235,12 @@ def _seed(name: str, value: object, size: int = SKETCH_SEED_BYTES) -> bytes:
     return bytes(value)
 
 
-def _seeds(name: str, values: Sequence[bytes], n: int) -> list[bytes]:
+def _seeds(name: str, values: Sequence[bytes], n: int, size: int = SKETCH_SEED_BYTES) -> list[bytes]:
     if len(values) != n:
         raise InvalidParameters(f"{name}: expected {n} seeds, got {len(values)}")
-    if all(type(v) is bytes and len(v) == SKETCH_SEED_BYTES for v in values):  # a server's own: taken as they are
+    if all(type(v) is bytes and len(v) == size for v in values):  # a server's own: taken as they are
         return list(values)
-    return [_seed(f"{name}[{i}]", v) for i, v in enumerate(values)]
+    return [_seed(f"{name}[{i}]", v, size) for i, v in enumerate(values)]
 
 
 def share_seed(sigma: bytes) -> bytes:
@@ -567,7 +567,7 @@ def server1_shares(params: SketchParams, sigmas: Sequence[bytes]) -> np.ndarray:
         If a ``sigma`` is not 16 bytes (the caller checks the device's bytes at intake).
     """
     n, count = len(sigmas), params.proof_length
-    rows = np.frombuffer(b"".join(_seed(f"sigma[{i}]", s, SEED_BYTES) for i, s in enumerate(sigmas)), np.uint8)
+    rows = np.frombuffer(b"".join(_seeds("sigma", sigmas, n, SEED_BYTES)), np.uint8)
     digests, keys = _share_keys(rows.reshape(n, SEED_BYTES))
     seed_list = row_bytes(digests)
     if not kernels.compiled():
@@ -589,8 +589,15 @@ def _points(params: SketchParams, queries: Sequence[bytes]) -> np.ndarray:
     ``0..2M+2``, from SHAKE-128 of its query seed (as :func:`secemb.fss.rangeproof`'s query)."""
     d = params.gadget_nodes
     m1, m2 = F.P - d, F.P - d - 1
+    blob = shake128_many(_DOMAIN + b"query", _seed_rows(queries), 32)  # the devices' outputs, one batch
+    if kernels.compiled():  # the same points, reduced in one compiled pass
+        from secemb.fss._sketchproof_kernels import query_points
+
+        out = np.empty((len(queries), 2), np.uint64)
+        query_points(blob.view("<u8"), np.uint64(d), out)
+        return out
     points: list[int] = []
-    blobs = shake128_many(_DOMAIN + b"query", _seed_rows(queries), 32).tobytes()  # the devices' outputs, one batch
+    blobs = blob.tobytes()
     for at in range(0, len(blobs), 32):
         h1 = int.from_bytes(blobs[at : at + 16], "little") % m1
         h2 = int.from_bytes(blobs[at + 16 : at + 32], "little") % m2

@@ -159,3 +159,23 @@ def test_well_formed_takes_what_check_message_takes() -> None:
             want.append(False)
     assert got.tolist() == want == [True, False, False, False, False, True, True, False, True]
     assert R.well_formed(PARAMS, []).shape == (0,)
+
+
+def test_sketch_query_points_kernel_reduces_edge_words_as_python_integers() -> None:
+    """:func:`secemb.fss._sketchproof_kernels.query_points` (the compiled ``_points``) on 128-bit
+    integers at the edges -- 0, ``2^128 - 1``, multiples of the moduli and their neighbours, a high
+    word above the moduli -- against Python's ``%`` (the reference's)."""
+    if not kernels.available():
+        pytest.skip("the compiled kernels do not run here")
+    from secemb.fss._sketchproof_kernels import query_points
+
+    d = S.SketchParams(250).gadget_nodes
+    m1, m2 = F.P - d, F.P - d - 1
+    values = [0, 1, m1 - 1, m1, m1 + 1, m2, 2**64 - 1, 2**64, m1 * 2**64, m1 * (2**67 - 1), 2**128 - 1,
+              (2**64 - 1) * 2**64, m2 * m1 * 7 + 3] + [int.from_bytes(os.urandom(16), "little") for _ in range(20)]
+    pairs = [(a, b) for a in values for b in values[::3]]
+    words = np.array([[a % 2**64, a >> 64, b % 2**64, b >> 64] for a, b in pairs], np.uint64)
+    out = np.empty((len(pairs), 2), np.uint64)
+    query_points(words, np.uint64(d), out)
+    want = [[d + a % m1, d + (a % m1 + 1 + b % m2) % m1] for a, b in pairs]
+    assert out.tolist() == want
