@@ -202,6 +202,22 @@ def query_core(points, wire_weights, gadget_weights, half, chunk, n_real, rho_wo
 
 
 @njit(cache=True, nogil=True)
+def top_bits(words, held):  # noqa: ANN001, ANN201
+    """Each of ``words`` (uint64 (n, W), in place) shifted right by 3 -- its top 61 bits, as
+    :func:`secemb.fss.field.expand` reads a stream's words -- and ``held[i]`` (bool (n,)) set to
+    whether row ``i`` then holds ``p`` (a word ``expand`` skips): one pass (numpy's shift and
+    comparison are two over the rows, and a temporary)."""
+    three = np.uint64(3)
+    for i in range(words.shape[0]):
+        hit = False
+        for j in range(words.shape[1]):
+            v = words[i, j] >> three
+            words[i, j] = v
+            hit |= v == _P
+        held[i] = hit
+
+
+@njit(cache=True, nogil=True)
 def decide_core(v0, v1, wires, ok):  # noqa: ANN001, ANN201
     """:func:`secemb.fss.rangeproof.decide`'s verdict per device ``d`` (its numpy code is the
     reference) into ``ok[d]`` (bool (n,)), for verifier messages ``v0, v1`` uint64 (n, 2L + 3 +

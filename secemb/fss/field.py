@@ -312,8 +312,15 @@ def expand_many(seeds: Sequence[bytes], count: int) -> np.ndarray:
     if count < 0:
         raise InvalidParameters(f"count must be non-negative, got {count}")
     out = stream_words(seeds, count)
-    out >>= _S3
-    for i in np.flatnonzero(np.any(out == _P, axis=1)).tolist():
+    if kernels.compiled():  # the shift and the search for p in one compiled pass
+        from secemb.fss._rangeproof_kernels import top_bits
+
+        held = np.empty(len(out), bool)
+        top_bits(out, held)
+    else:
+        out >>= _S3
+        held = np.any(out == _P, axis=1)
+    for i in np.flatnonzero(held).tolist():
         out[i] = expand(seeds[i], count)
     return out
 

@@ -572,14 +572,15 @@ def server1_shares(params: SketchParams, sigmas: Sequence[bytes]) -> np.ndarray:
     seed_list = row_bytes(digests)
     if not kernels.compiled():
         return F.expand_many(seed_list, count)
-    from secemb.fss._rangeproof_kernels import CTR_BLOCKS, ctr_streams
+    from secemb.fss._rangeproof_kernels import CTR_BLOCKS, ctr_streams, top_bits
 
     size = F.ELEMENT_BYTES * count
     buf = np.empty(n * size + 16 * CTR_BLOCKS, np.uint8)  # a row's last pass may run past it (into the next row)
     ctr_streams(keys, buf, size, size)
-    out = buf[: n * size].view("<u8").reshape(n, count).astype(np.uint64)
-    out >>= np.uint64(3)  # the top 61 bits of each word, as expand reads them
-    for i in np.flatnonzero(np.any(out == _P, axis=1)).tolist():
+    out = buf[: n * size].view("<u8").reshape(n, count).astype(np.uint64, copy=False)
+    held = np.empty(n, bool)
+    top_bits(out, held)  # the top 61 bits of each word, as expand reads them, and the rows that hold p
+    for i in np.flatnonzero(held).tolist():
         out[i] = F.expand(seed_list[i], count)
     return out
 
