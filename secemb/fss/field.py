@@ -300,7 +300,8 @@ def expand_many(seeds: Sequence[bytes], count: int) -> np.ndarray:
     """:func:`expand` of each 16-byte secret seed, as one batch: ``uint64 (len(seeds), count)``,
     row ``i`` equal to ``expand(seeds[i], count)``.  Each seed's stream is encrypted at ``count``
     words straight into its row (:func:`stream_words`), and the shift and the search for ``p`` run
-    once over the whole batch: only the key set-up stays per seed.  A row whose first ``count``
+    once over the whole batch (one compiled pass with the kernels,
+    :func:`secemb.fss._rangeproof_kernels.top_bits`): only the key set-up stays per seed.  A row whose first ``count``
     words hold ``p`` (probability about ``count 2^-61``) is made again by :func:`expand`, the
     specification, which skips it.
 
