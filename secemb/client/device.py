@@ -724,8 +724,9 @@ class RoundSession:
         for this device's upload, prove that the upload is small (its role's
         :meth:`~secemb.protocols.base.BoundProver.bound_proof`, e.g. SecEmb's) and send server 0 the
         proof.  ``False``: the upload is not within the bound (the local step's contribution was
-        clipped to it, :meth:`~secemb.protocols.base.Protocol.upload_clip`, so an honest device
-        fails with probability below ``2^-50`` at up to 10,000 users a round); nothing is sent, and
+        clipped to it, :meth:`~secemb.protocols.base.Protocol.upload_clip`, so an honest SecEmb
+        device fails with probability below ``2^-52`` at the sizes of docs/security.md, "Honest
+        devices pass", which gives the general figure); nothing is sent, and
         the servers leave the device out of the round.
 
         Raises

@@ -33,7 +33,7 @@ from typing import Any, Protocol as TypingProtocol, runtime_checkable
 import numpy as np
 
 from secemb.digest import model_sha256
-from secemb.errors import InvalidParameters, ProtocolError, SecembError
+from secemb.errors import InvalidParameters, ProtocolError, SecembError, check_int
 from secemb.models.base import RecModel
 from secemb.privacy.noise import RingNoise
 from secemb.protocols.base import Protocol, RelayRole, ServerRole
@@ -259,16 +259,28 @@ class NodeState:
         counted: set[tuple[int, int]] = set()  # (round, user) rejections since the last clear
         forgotten: set[tuple[int, int]] = set()  # those a clear of the strikes forgave
 
-        def reject(r: int, users: list[Any] | None) -> None:
-            for u in users or []:
-                if (r, int(u)) not in forgotten and (r, int(u)) not in counted:
-                    counted.add((r, int(u)))
-                    self.rejections[int(u)] = self.rejections.get(int(u), 0) + 1
+        def device(what: str, u: Any) -> int:  # the server journals only int ids of its deployment's devices
+            if not (type(u) is int and 0 <= u < self.cfg.num_users):
+                raise CorruptState(f"journal: {what} names no device of the deployment ({str(u)[:40]!r}; the "
+                                   f"server writes int ids in [0, {self.cfg.num_users}))")
+            return u
+
+        def devices(what: str, users: Any) -> list[int]:  # a record's list of devices (absent: none)
+            if users is None:
+                return []
+            if not isinstance(users, list):
+                raise CorruptState(f"journal: {what} is not a list of devices ({str(users)[:40]!r})")
+            return [device(what, u) for u in users]
+
+        def reject(r: int, users: list[int]) -> None:
+            for u in users:
+                if (r, u) not in forgotten and (r, u) not in counted:
+                    counted.add((r, u))
+                    self.rejections[u] = self.rejections.get(u, 0) + 1
 
         def forgive(who: Any) -> None:  # a clear of the strikes: of device ``who``, or of every device (None)
-            if who is not None and not (type(who) is int and 0 <= who < self.cfg.num_users):
-                raise CorruptState(f"journal: a strikes_cleared record names no device of the deployment "
-                                   f"({str(who)[:40]!r}; the server writes null or an id in [0, {self.cfg.num_users}))")
+            if who is not None:
+                device("a strikes_cleared record", who)
             gone = {(q, u) for q, u in counted if who is None or u == who}
             counted.difference_update(gone)
             forgotten.update(gone)
@@ -276,7 +288,7 @@ class NodeState:
                 self.rejections.pop(u, None)
 
         for rec in self.store.records():
-            r = int(rec.get("round", -1))
+            r = check_int("journal: a record's round", rec.get("round", -1), low=-1, error=CorruptState)
             self.max_round = max(self.max_round, r)
             ev = rec.get("ev")
             if ev == "alarm":
@@ -288,16 +300,19 @@ class NodeState:
             elif ev == "strikes_cleared":
                 forgive(rec.get("device"))
             elif ev == "rejected":
-                reject(r, rec.get("users"))
+                reject(r, devices("a rejected record's users", rec.get("users")))
             elif ev == "count_first":
-                self.count.restore_first([int(u) for u in rec.get("users", [])])
+                self.count.restore_first(devices("a count_first record's users", rec.get("users")))
             elif ev == "open":
                 open_rounds[r] = rec
             elif ev in FINAL:
                 open_rounds.pop(r, None)
-                self.outcomes.remember(r, ev, rec.get("included"), rec.get("reason", ""), tampered=rec.get("tampered"),
-                                       rejected=rec.get("rejected"))
-                reject(r, rec.get("rejected"))
+                left_out = devices(f"a round end's rejected (round {r})", rec.get("rejected"))
+                included = rec.get("included")
+                self.outcomes.remember(r, ev, None if included is None else devices(
+                    f"a round end's included (round {r})", included), rec.get("reason", ""),
+                    tampered=rec.get("tampered"), rejected=rec.get("rejected"))
+                reject(r, left_out)
         for r in sorted(open_rounds):
             if r == self.last_round:
                 rec = {"ev": COMMITTED, "round": r, "version": self.version, "included": self.last_included,

@@ -21,8 +21,9 @@ one row).  Full layout: ``L = m w + P``, what its keys add to each of the ``m`` 
   :data:`CLIP_MARGIN` ``= sqrt(40.5)``, before encoding (:func:`clip_upload`; scaled down only
   when over).  A projection's entries are sub-Gaussian with variance proxy 1/2, so an honest
   projection reaches ``T`` in absolute value with probability at most ``2 e^(-T^2 / ||x||^2) =
-  2 e^-40.5`` (the encoding's rounding adds at most ``sqrt(L) / 2`` ring units to ``||x||``, far
-  below ``T / c``): an honest device fails with probability at most ``2 * 40 * e^-40.5``.
+  2 e^-40.5`` (the encoding's rounding adds at most ``sqrt(N) / 2`` ring units to ``||x||``, ``N``
+  the coordinates the device fills -- a zero encodes exactly -- at most ``S w + P``; far below
+  ``T / c``): an honest device fails with probability at most ``2 * 40 * e^-40.5``.
 * Retrieval: the 16-byte seed ``sigma`` a device of verified uploads appends to its request to
   server 1 (relay or not: server 1 always gets a direct request) is also the range proof's
   ``seed_1`` (server 1's witness and proof shares), in streams of their own, apart from the
@@ -111,8 +112,8 @@ BOUND_RING_BITS = 32
 #: ``s = 2 T / ||x||^2``, ``P(|<r, x>| >= T) <= 2 exp(-T^2 / ||x||^2)``: ``2 e^(-c^2) = 2 e^-40.5`` for
 #: ``||x||_2 <= T / c`` (Hoeffding's ``2 exp(-T^2 / (2 ||x||^2))`` for entries in ``[-1, 1]`` needed
 #: ``c = 9`` for the same), ``2 ROWS e^-40.5 < 2^-52`` a device over the :data:`ROWS` projections
-#: (the encoding's rounding, at most ``sqrt(L) / 2`` ring units on ``||x||``, moves the exponent
-#: by less than 0.1 % at the sizes of docs/security.md).
+#: (the encoding's rounding, at most ``sqrt(N) / 2`` ring units on ``||x||`` for ``N`` filled
+#: coordinates, moves the exponent by less than 0.1 % at the sizes of docs/security.md).
 CLIP_MARGIN = math.sqrt(40.5)
 _MULTIPLICITY = {"cuckoo": NUM_HASHES, "full": 1}
 _CONTEXT_DOMAIN = b"secemb-bound-proof"

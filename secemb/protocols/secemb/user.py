@@ -591,8 +591,9 @@ class SecEmbUser(UserRole):
         ------
         ProtocolError: bounded payloads are off, or no upload to prove (none yet, or proved).
         InvalidParameters: ``challenge`` is not 16 bytes, or the upload is not in the bound (an
-            honest device that clipped it fails with probability below ``2^-50`` at up to 10,000 users
-            a round; below ``2^-52`` at the sizes of docs/security.md).
+            honest device that clipped it fails with probability below ``2^-52`` at the sizes of
+            docs/security.md; at 10,000 users a round below ``2^-50`` while it fills at most about
+            36,000 (cuckoo) or 145,000 (full) coordinates: docs/security.md, "Honest devices pass").
         """
         cfg = self.config
         if self._bound is None:
