@@ -770,14 +770,14 @@ def parse(params: RangeParams, party: int, msgs: Sequence[bytes]) -> ProofShares
     n, big_n, plen = len(msgs), params.witness_length, params.proof_length
     for i, m in enumerate(msgs):
         _check_size(params, party, m, i)
-    data = b"".join(msgs)
+    data = bytearray().join(msgs)  # writable: server 0's elements are read in place, not copied again
     raw = np.frombuffer(data, dtype=np.uint8).reshape(n, size)
     keys = raw[:, :SEED_BYTES].copy()
     hints = raw[:, SEED_BYTES : SEED_BYTES + PART_BYTES].copy()
     if party == 1:  # the seeds expanded as one batch
         shares = F.expand_many(row_bytes(keys), big_n + plen)
-    else:  # the elements after each head, one copy (size and the head are whole words)
-        shares = np.frombuffer(data, dtype="<u8").reshape(n, size // 8)[:, _HEAD_WORDS:].astype(np.uint64)
+    else:  # the elements after each head (size and the head are whole words), a view of the joined messages
+        shares = np.frombuffer(data, dtype="<u8").reshape(n, size // 8)[:, _HEAD_WORDS:].astype(np.uint64, copy=False)
         bad = np.flatnonzero(shares.max(axis=1, initial=0) >= _P)
         if bad.size:
             raise InvalidMessage(f"range proof message {int(bad[0])} for server 0: an element is not below p")
