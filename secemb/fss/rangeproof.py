@@ -155,8 +155,8 @@ a batch's messages and hashes its parts once for its request and its verdicts
 intake in one read (:func:`well_formed`).  On the calls of a captured ``bench robust`` bounded round
 (ML-100K cuckoo, 20 devices, 300 repeats, 3 alternating processes of each tree; session 32, helper
 G, 2 shared cores under load 6.5): :func:`verifier_messages` 209 against 271 us (minimum; medians
-228 against 295) at server 0 and 211 against 268 at server 1, :func:`parse` 28 against 40 at
-server 0 and 67 against 76 at server 1.  At ``rows = 40``, ``t = 26`` (or 25): ``m
+228 against 295) at server 0 and 211 against 268 at server 1, :func:`parse` 22-24 against 39-41 at
+server 0 (its elements read in place) and 67 against 76 at server 1.  At ``rows = 40``, ``t = 26`` (or 25): ``m
 = 13``, ``N = 560``, ``c = 33``, ``L = 66``, ``M = 34``, a proof of ``4c + 4M + 5 = 273`` elements
 (device message to server 0: 6,712 bytes; the bits-and-two-wrap-bits proof of an earlier version,
 ``N = 1,120``, took 11,688), verifier messages of 1,112 bytes a device.
