@@ -20,10 +20,43 @@ it takes 0.80 ms, ``vpsignd`` one row a pass 0.67, two rows a pass 0.40 (session
 Four rows a pass (where AVX-512's 32 vector registers hold the 16 sums) read the words half as often
 again: 460 -> 421 us alone, and the bench's two bound-check calls 0.24-0.27 ms less a round (session 29,
 under load).
+
+Where the CPU has AMX (AMX-TILE, AMX-INT8) and Linux grants the process its tile state (:func:`tiles`:
+asked once, by the first :class:`Products` of the process, never at import; a permission of the whole
+process, which also makes its signal frames larger),
+:class:`Products` takes :func:`tile_products` instead, on either ring: the products as tile matrix
+products.  A device's words are split into their ``P`` byte planes (``P = 4`` on a uint32 ring, 8 on a
+uint64 one; :func:`word_planes`: one byte shuffle a four words), ``x = sum_p 2^(8 p) x_p`` with ``x_p``
+the bytes ``p``; AMX's ``tdpbsud`` multiplies int8 by uint8 and adds in int32, so each plane's sums
+``S_p = t x_p``, at most ``255 L`` in magnitude, are exact (``L <= 2^23``: :data:`TILE_LENGTH`), and
+``sum_p 2^(8 p) S_p mod 2^k`` is the product in the ring.  One ``tdpbsud`` is 16 x 16 x 64 products (16
+rows, 16 planes: four uint32 devices, 64 entries); a pass takes 48 rows and four devices (two on a
+uint64 ring), three tiles of the rows' entries (stored a step's 64 entries of 48 rows at a time,
+:func:`expand_steps`, so that a tile is 1 KiB in order) and one of the planes a step of 64 entries.
+For 20 devices of 16,251 uint32 words and 40 rows on one seed (a cuckoo batch's challenge), expansion and
+products together against :func:`expand_rows` and :func:`sign_products` (4 rows a pass), on the same
+inputs, in 10 interleaved pairs (session 32, a ``/tmp`` script, 2 shared cores, load 5): medians 585 -> 197
+us of thread CPU time (2.96x), 556 -> 220 us of wall time (2.51x); on a uint64 ring (:func:`ternary_products`
+before) 4.26 -> 0.69 ms of thread CPU time (6.1x).  Alone (best of 7, thread CPU, load 7-10): the
+expansion 32 us (63 with a table, as :func:`expand_rows`), the planes 64, the tile products and their
+combination about 110.  In the bench's own flow (robust's rounds, tiles on and off in alternate rounds,
+load 5), :func:`~secemb.fss.projections.project_affine` took 1.03 -> 0.81 ms of thread CPU time (medians
+of 29 and 31 calls), the check's calls ``bound_answer`` 2.00 -> 1.80 ms and ``bound_rejected`` 1.94 ->
+1.69: what is left of the projections is mostly :func:`affine_vector`, whose inputs (130 KB a device) come
+from memory (12-15 us a device cold against 3.7 warm), and Python (about 0.1 ms a call of 20 devices).
+A tile product takes 15-45 ns here, where AMX's throughput of one in 16 cycles would be 7; perhaps the
+steps wait on the loads of tiles that the last step's products still read, but no other use of the 8 tile
+registers tried (2 x 2 tiles of sums, 1 x 2 double-buffered) was reliably faster under load.  Not tried:
+AVX-512's masked adds on bit planes of the entries, which two ports of 512-bit work bound at 16 terms a
+cycle, by this arithmetic 1.33 times ``vpsignd``'s 12.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import platform
+import sys
 from collections.abc import Callable
 
 import numpy as np
@@ -228,3 +261,291 @@ def affine_vector(base: np.ndarray, count: np.ndarray, words: np.ndarray, negate
     dense = xs[slots * width :]
     for p in range(tail.shape[0]):
         dense[p] = tail[p]
+
+
+# --- AMX: the products as tile matrix products ---------------------------------------------------------------
+
+#: Linux x86-64's ``arch_prctl`` system call, its request for a permission to an extended state component
+#: (``ARCH_REQ_XCOMP_PERM``) and AMX's tile data component (``XFEATURE_XTILEDATA``): ``arch_prctl(2)``,
+#: the kernel's ``Documentation/arch/x86/xstate.rst``
+_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA = 158, 0x1023, 18
+
+
+def _tiles_permitted() -> bool:
+    """Whether this process may run AMX's tile instructions: the CPU has AMX-TILE and AMX-INT8 and Linux
+    grants the process the tile data state (a permission of the whole process, asked once; a kernel before
+    5.16 or another system refuses it)."""
+    features = host_cpu_features()
+    if not (features.get("amx-tile") and features.get("amx-int8")) or sys.platform != "linux" \
+            or platform.machine() != "x86_64":
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    return bool(libc.syscall(_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA) == 0)
+
+
+@functools.cache
+def tiles() -> bool:
+    """Whether :func:`tile_products` can run in this process (:func:`_tiles_permitted`, asked on the first
+    call only: a process that never projects never asks Linux for the tile state)."""
+    return _tiles_permitted()
+
+#: a tile's rows and bytes a row, in every tile :func:`_tile_sums` configures (AMX's largest: 1 KiB)
+TILE_ROWS, TILE_BYTES = 16, 64
+#: projection rows a pass of :func:`_tile_sums`: three tiles of 16
+TILE_COLUMNS = 3 * TILE_ROWS
+#: the longest vector :func:`tile_products` takes: each of its int32 sums, at most ``255 L`` in magnitude,
+#: stays exact (``255 * 2^23 < 2^31``), as the combination of the planes modulo ``2^64`` needs
+TILE_LENGTH = 1 << 23
+_VOID, _BYTES = ir.VoidType(), _I8.as_pointer()
+
+
+def _tile_config() -> np.ndarray:
+    """AMX's 64-byte tile configuration (palette 1) of :func:`_tile_sums`: tiles 0-2 the sums (16 rows of
+    16 int32), tiles 3-5 the entries (16 rows of 64 int8), tile 6 the planes (16 rows of 16 x 4 uint8):
+    every tile 16 rows of 64 bytes."""
+    config = np.zeros(64, np.uint8)
+    config[0] = 1
+    config[16:30].view(np.uint16)[:] = TILE_BYTES
+    config[48:55] = TILE_ROWS
+    return config
+
+
+#: :func:`_tile_config`
+TILE_CONFIG = _tile_config()
+
+
+@intrinsic
+def _tile_sums(typingctx, config, entries, entry_stride, entry_step, planes, plane_stride, sums,  # noqa: ANN001, ANN201
+               sum_stride, steps):
+    """``C = A B`` by AMX's ``tdpbsud`` (the caller checks :func:`tiles`), in int32 (which no sum leaves if
+    ``steps <= TILE_LENGTH / 64``): ``A`` (48, 64 steps) int8, its 64 columns of step ``k`` at ``entries + k
+    entry_step`` (rows ``entry_stride`` bytes apart); ``B`` (64 steps, 16) uint8, ``B[4 k + q, n]`` byte ``q``
+    of word ``n`` of row ``k`` of the uint32 at ``planes`` (rows ``plane_stride`` bytes apart: AMX's layout of
+    a right operand); ``C`` (48, 16) int32 written at ``sums`` (rows ``sum_stride`` bytes apart); all addresses
+    integers, ``config`` :data:`TILE_CONFIG`'s.  A step loads the three tiles of ``A``'s 64 columns and ``B``'s
+    16 rows once and takes three ``tdpbsud`` (16 x 16 x 64 products each)."""
+    sig = types.void(config, entries, entry_stride, entry_step, planes, plane_stride, sums, sum_stride, steps)
+
+    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
+        module = builder.module
+        load_config = module.declare_intrinsic("llvm.x86.ldtilecfg", fnty=ir.FunctionType(_VOID, [_BYTES]))
+        load = module.declare_intrinsic("llvm.x86.tileloadd64", fnty=ir.FunctionType(_VOID, [_I8, _BYTES, _I64]))
+        store = module.declare_intrinsic("llvm.x86.tilestored64", fnty=ir.FunctionType(_VOID, [_I8, _BYTES, _I64]))
+        product = module.declare_intrinsic("llvm.x86.tdpbsud", fnty=ir.FunctionType(_VOID, [_I8, _I8, _I8]))
+        zero = module.declare_intrinsic("llvm.x86.tilezero", fnty=ir.FunctionType(_VOID, [_I8]))
+        release = module.declare_intrinsic("llvm.x86.tilerelease", fnty=ir.FunctionType(_VOID, []))
+        config_at, entry_at, entry_stride, entry_step, plane_at, plane_stride, sum_at, sum_stride, steps = args
+        config_at, entry_at, plane_at, sum_at = (builder.inttoptr(a, _BYTES) for a in (config_at, entry_at, plane_at,
+                                                                                      sum_at))
+        tile = [ir.Constant(_I8, r) for r in range(7)]
+        rows = ir.Constant(_I64, TILE_ROWS)
+        builder.call(load_config, [config_at])
+        for c in range(3):
+            builder.call(zero, [tile[c]])
+        start = builder.block
+        loop, done = builder.append_basic_block("tiles.loop"), builder.append_basic_block("tiles.done")
+        builder.cbranch(builder.icmp_signed(">", steps, ir.Constant(_I64, 0)), loop, done)
+        builder.position_at_end(loop)
+        step = builder.phi(_I64)
+        builder.call(load, [tile[6], builder.gep(plane_at, [builder.mul(step, builder.mul(plane_stride, rows))]),
+                            plane_stride])
+        columns = builder.gep(entry_at, [builder.mul(step, entry_step)])
+        for c in range(3):
+            at = builder.gep(columns, [builder.mul(entry_stride, ir.Constant(_I64, TILE_ROWS * c))])
+            builder.call(load, [tile[3 + c], at, entry_stride])
+            builder.call(product, [tile[c], tile[3 + c], tile[6]])
+        following = builder.add(step, ir.Constant(_I64, 1))
+        step.add_incoming(ir.Constant(_I64, 0), start)
+        step.add_incoming(following, loop)
+        builder.cbranch(builder.icmp_signed("<", following, steps), loop, done)
+        builder.position_at_end(done)
+        for c in range(3):
+            at = builder.gep(sum_at, [builder.mul(sum_stride, ir.Constant(_I64, TILE_ROWS * c))])
+            builder.call(store, [tile[c], at, sum_stride])
+        builder.call(release, [])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def _step_entries(typingctx, source, target):  # noqa: ANN001, ANN201 - numba intrinsic protocol
+    """The 64 int8 entries of the 16 stream bytes at the address ``source``, written at the address ``target``:
+    :data:`ENTRY_WORDS`' word of each byte computed in 16 lanes, ``a`` and ``b`` the byte's even and odd bits
+    spread to the low bit of each byte of the word (``(v & 0x55) * 0x41041 & 0x01010101``: the four products'
+    bits meet nowhere else) and the word ``(a ^ b) | ((b & ~a) * 0xFE)`` (1, -1 or 0 a byte)."""
+    sig = types.void(source, target)
+
+    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
+        lanes = ir.VectorType(_I32, TILE_ROWS)
+
+        def splat(value: int) -> ir.Constant:
+            return ir.Constant(lanes, [value] * TILE_ROWS)
+
+        stream = builder.load(builder.inttoptr(args[0], ir.VectorType(_I8, TILE_ROWS).as_pointer()), align=1)
+        v = builder.zext(stream, lanes)
+        even = builder.and_(builder.mul(builder.and_(v, splat(0x55)), splat(0x41041)), splat(0x01010101))
+        odd = builder.lshr(v, splat(1))
+        odd = builder.and_(builder.mul(builder.and_(odd, splat(0x55)), splat(0x41041)), splat(0x01010101))
+        minus = builder.mul(builder.and_(odd, builder.xor(even, splat(0xFFFFFFFF))), splat(0xFE))
+        builder.store(builder.or_(builder.xor(even, odd), minus), builder.inttoptr(args[1], lanes.as_pointer()),
+                      align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@njit(cache=True, nogil=True)
+def expand_steps(stream: np.ndarray, s: int, rows: int, t: np.ndarray,
+                 entry_words: np.ndarray) -> None:  # pragma: no cover - compiled
+    """:func:`expand_rows` into :func:`tile_products`' layout: entry ``j`` of row ``i < rows`` at ``t[j / 64, i,
+    j mod 64]``, int8 ``t`` (steps, >= rows, 64), C-contiguous, ``64 steps >= 4 B``, ``B = stream.shape[1] /
+    rows`` (a step's 64 entries of a tile's 16 rows are 1 KiB in order); its other entries untouched.  The
+    steps are written in the order of ``t``, 16 stream bytes at a time (:func:`_step_entries`: no table), a
+    last step of fewer through ``entry_words`` (pass :data:`ENTRY_WORDS`)."""
+    if rows == 0:
+        return
+    words = t.view(np.uint32)  # word k of row i: words[k / 16, i, k mod 16], entries 4 k .. 4 k + 3
+    per_row, height = stream.shape[1] // rows, t.shape[1]
+    if (t.shape[2] != TILE_BYTES or height < rows or TILE_ROWS * t.shape[0] < per_row or stream.strides[1] != 1
+            or t.strides[0] != TILE_BYTES * height or t.strides[1] != TILE_BYTES or t.strides[2] != 1
+            or not 0 <= s < stream.shape[0]):
+        raise ValueError("expand_steps: a scratch of too few rows or steps")
+    whole, source = per_row // TILE_ROWS, stream.ctypes.data + s * stream.strides[0]
+    for b in range(whole):
+        for i in range(rows):
+            _step_entries(source + i * per_row + TILE_ROWS * b,  # type: ignore[call-arg]  # numba's stub
+                          t.ctypes.data + TILE_BYTES * (b * height + i))
+    for i in range(rows):
+        at = i * per_row
+        for k in range(TILE_ROWS * whole, per_row):
+            words[whole, i, k - TILE_ROWS * whole] = entry_words[stream[s, at + k]]
+
+
+@intrinsic
+def _plane_bytes(typingctx, like, source, target):  # noqa: ANN001, ANN201 - numba intrinsic protocol
+    """The ``4 P`` bytes of four ring words (``P`` the bytes of a word of the array ``like``, 4 or 8) at the
+    address ``source`` written at the address ``target`` transposed, byte ``p`` of word ``q`` to ``4 p + q``:
+    one load, one shuffle (``vpshufb`` / ``vpermb``) and one store."""
+    per = like.dtype.bitwidth // 8
+    sig = types.void(like, source, target)
+
+    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
+        vector = ir.VectorType(_I8, 4 * per)
+        words = builder.load(builder.inttoptr(args[1], vector.as_pointer()), align=1)
+        order = ir.Constant(ir.VectorType(_I32, 4 * per), [per * q + p for p in range(per) for q in range(4)])
+        builder.store(builder.shuffle_vector(words, words, order), builder.inttoptr(args[2], vector.as_pointer()),
+                      align=1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@njit(cache=True, nogil=True)
+def word_planes(x: np.ndarray, at: np.ndarray, planes: np.ndarray) -> None:  # pragma: no cover - compiled
+    """The byte planes of the ring ``x`` (n, L)'s rows ``at`` (each contiguous) in AMX's layout of a right
+    operand: ``planes[k, P m + p]`` (uint32 (>= ceil(L / 4), >= P at.size), C-contiguous; ``P`` the bytes of
+    a word, 4 or 8) holds byte ``p`` of ``x[at[m], 4 k + q]`` as its byte ``q`` (a 4 x P transposition of
+    the bytes of each four words: :func:`_plane_bytes`), zero where ``4 k + q >= L``, for every row ``k`` of
+    ``planes``; its other columns untouched."""
+    per, length = x.itemsize, x.shape[1]
+    if x.strides[1] != per or planes.strides[1] != 4 or planes.strides[0] != 4 * planes.shape[1] \
+            or planes.shape[0] < -(-length // 4) or planes.shape[1] < per * at.size:
+        raise ValueError("word_planes: rows of x or planes of the wrong shape")
+    for m in range(at.size):  # read at raw addresses: no row may leave x
+        if not 0 <= at[m] < x.shape[0]:
+            raise ValueError("word_planes: a device's row out of x's shape")
+    whole = length // 4
+    row, step, first = planes.strides[0], 4 * per, planes.ctypes.data
+    for k in range(whole):
+        for m in range(at.size):
+            _plane_bytes(x, x.ctypes.data + at[m] * x.strides[0] + k * step,  # type: ignore[call-arg]  # numba's stub
+                         first + k * row + m * step)
+    bytes_in = planes.view(np.uint8)
+    for k in range(whole, planes.shape[0]):
+        for m in range(at.size):
+            for p in range(per):
+                for q in range(4):
+                    j = 4 * k + q
+                    bytes_in[k, step * m + 4 * p + q] = np.uint8(x[at[m], j] >> _word(x, 8 * p)) if j < length else 0
+
+
+@njit(cache=True, nogil=True)
+def tile_products(t: np.ndarray, rows: int, x: np.ndarray, at: np.ndarray, out: np.ndarray, to: np.ndarray,
+                  planes: np.ndarray, sums: np.ndarray, config: np.ndarray) -> None:  # pragma: no cover - compiled
+    """:func:`ternary_products`'s ``out[to[m]] = t x[at[m]] mod 2^k`` (rows ``i < rows``) by AMX (:func:`tiles`;
+    the caller checks) for ``x`` (n, L) of at most :data:`TILE_LENGTH` words, with ``t`` int8 (steps, R, 64),
+    ``R`` a multiple of :data:`TILE_COLUMNS`, ``64 steps >= L``, C-contiguous (:func:`expand_steps`' rows in
+    blocks of a step's 64 entries, so that a tile of 16 rows is 1 KiB read in order; its other entries any:
+    they meet zero bytes or give sums no device reads), scratches ``planes`` uint32 (``16 steps``, a multiple
+    of 16) and ``sums`` int32 (``R``, ``planes.shape[1]``), C-contiguous, and ``config`` :data:`TILE_CONFIG`.
+    The devices go ``planes.shape[1] / P`` a pass (``P`` the bytes of a word): their byte planes
+    (:func:`word_planes`), then for each :data:`TILE_COLUMNS` rows and 16 planes the int32 sums ``S_p =
+    sum_j t_i[j] (x_m[j] >> 8 p & 255)`` (:func:`_tile_sums`; exact: ``|S_p| <= 255 L < 2^31``) and
+    ``out[to[m], i] = sum_p 2^(8 p) S_p mod 2^k``."""
+    per, width, steps, height = x.itemsize, planes.shape[1], t.shape[0], t.shape[1]
+    if (height % TILE_COLUMNS or t.shape[2] != TILE_BYTES or steps * TILE_BYTES > TILE_LENGTH
+            or x.shape[1] > steps * TILE_BYTES or width % TILE_ROWS or width < per
+            or planes.shape[0] != TILE_ROWS * steps or rows > height or rows > out.shape[1] or sums.shape[0] != height
+            or sums.shape[1] != width
+            or t.strides[2] != 1 or t.strides[1] != TILE_BYTES or t.strides[0] != TILE_BYTES * height
+            or planes.strides[1] != 4 or planes.strides[0] != 4 * width or sums.strides[1] != 4
+            or sums.strides[0] != 4 * width or at.size != to.size):
+        raise ValueError("tile_products: rows, planes or sums of the wrong shape")
+    for m in range(at.size):  # numba checks no index: none may leave out (word_planes checks at)
+        if not 0 <= to[m] < out.shape[0]:
+            raise ValueError("tile_products: a device's row out of out's shape")
+    group = width // per
+    for lo in range(0, at.size, group):
+        devices = min(group, at.size - lo)
+        word_planes(x, at[lo : lo + devices], planes)
+        for n in range(0, -(-per * devices // TILE_ROWS) * TILE_ROWS, TILE_ROWS):
+            for i in range(0, height, TILE_COLUMNS):
+                _tile_sums(config.ctypes.data, t.ctypes.data + i * TILE_BYTES, TILE_BYTES,  # type: ignore[call-arg]
+                           TILE_BYTES * height, planes.ctypes.data + 4 * n, 4 * width,
+                           sums.ctypes.data + 4 * (i * width + n), 4 * width, steps)
+        for m in range(devices):
+            for i in range(rows):
+                acc = _word(out, 0)
+                for p in range(per):
+                    acc += _word(out, sums[i, per * m + p]) << _word(out, 8 * p)
+                out[to[lo + m], i] = acc
+
+
+class Products:
+    """The compiled products of one seed's rows at a time with its devices' vectors, with their scratch:
+    :func:`tile_products` where AMX runs (:func:`tiles`) and ``L <=`` :data:`TILE_LENGTH`, else
+    :func:`products_for`'s kernel; the same words.
+
+    ``expand(stream, s)`` expands stream ``s`` of ``rows`` ternary rows of length ``L`` (:func:`expand_steps` or
+    :func:`expand_rows`);
+    ``project(x, at, out, to)`` sets ``out[to[m]] = t x[at[m]] mod 2^k`` (``x`` ring (n, L) of ``dtype``,
+    C-contiguous; ``at``, ``to`` intp of one length); :attr:`group` is the devices a pass, for a caller that
+    forms their vectors in a scratch (:func:`affine_vector`) before it projects them."""
+
+    def __init__(self, dtype: np.dtype, rows: int, length: int) -> None:
+        self.rows, self.tiles = rows, length <= TILE_LENGTH and tiles()
+        if self.tiles:
+            steps = max(1, -(-length // TILE_BYTES))
+            self.t = np.empty((steps, -(-rows // TILE_COLUMNS) * TILE_COLUMNS, TILE_BYTES), np.int8)
+            self.planes = np.empty((TILE_ROWS * steps, TILE_ROWS), np.uint32)
+            self.sums = np.empty((self.t.shape[1], TILE_ROWS), np.int32)
+            self.group = TILE_ROWS // np.dtype(dtype).itemsize
+        else:
+            self.t = np.empty((rows, 4 * -(-length // 4)), np.int8)
+            self.group = TILE
+            self._products = products_for(dtype)
+
+    def expand(self, stream: np.ndarray, s: int) -> None:
+        """The rows of stream ``s`` of ``stream`` (uint8 (c, rows ceil(L / 4))) into the scratch."""
+        if self.tiles:
+            expand_steps(stream, s, self.rows, self.t, ENTRY_WORDS)
+        else:
+            expand_rows(stream, s, self.t, ENTRY_WORDS)
+
+    def project(self, x: np.ndarray, at: np.ndarray, out: np.ndarray, to: np.ndarray) -> None:
+        """``out[to[m], :rows] = t x[at[m]] mod 2^k`` on the rows last expanded."""
+        if self.tiles:
+            tile_products(self.t, self.rows, x, at, out, to, self.planes, self.sums, TILE_CONFIG)
+        else:
+            self._products(self.t, x, at, out, to)

@@ -108,11 +108,6 @@ def _ternary(stream: np.ndarray, rows: int, length: int) -> np.ndarray:
     return pairs[..., 0] - pairs[..., 1]
 
 
-def _expanded(rows: int, length: int) -> np.ndarray:
-    """Scratch for one seed's rows expanded by the compiled loop: int8 (rows, 4 ceil(length / 4))."""
-    return np.empty((rows, 4 * -(-length // 4)), np.int8)
-
-
 def _check_rows(rows: int, length: int) -> None:
     for name, value in (("rows", rows), ("length", length)):
         if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
@@ -265,12 +260,13 @@ def project_each(seeds: Sequence[bytes] | np.ndarray, x: np.ndarray, rows: int =
     The distinct seeds go in chunks of at most :data:`_TEMP_ENTRIES` matrix entries (one seed a
     chunk where its rows are larger), each expanded once, with every device of the chunk's
     seeds.  Each seed's rows are expanded to int8 (a byte an entry) once and multiplied with its
-    devices' shares: with the compiled kernels (:func:`secemb.fss.kernels.compiled`) by a numba
+    devices' shares: with the compiled kernels (:func:`secemb.fss.kernels.compiled`) by AMX tile
+    products of the rows by the devices' byte planes where the CPU and Linux allow it, else a numba
     loop in the ring's own wrapping words, four devices a pass on the same expanded rows (on a
-    uint32 ring with AVX2, two rows a pass and ``vpsignd`` for the products:
-    :mod:`secemb.fss._projection_kernels`), without BLAS (whose threads only cost here: a
-    device's projections are a thin product); otherwise as one unsigned matmul
-    (:func:`project_reference`'s arithmetic).
+    uint32 ring with AVX2, ``vpsignd`` for the products), both in
+    :mod:`secemb.fss._projection_kernels` (:class:`~secemb.fss._projection_kernels.Products`),
+    without BLAS (whose threads only cost here: a device's projections are a thin product);
+    otherwise as one unsigned matmul (:func:`project_reference`'s arithmetic).
 
     Raises
     ------
@@ -283,16 +279,16 @@ def project_each(seeds: Sequence[bytes] | np.ndarray, x: np.ndarray, rows: int =
     n, length = x.shape
     compiled = kernels.compiled()
     if compiled:
-        from secemb.fss._projection_kernels import ENTRY_WORDS, expand_rows, products_for
+        from secemb.fss._projection_kernels import Products
 
-        t, products, x = _expanded(rows, length), products_for(x.dtype), np.ascontiguousarray(x)
+        products, x = Products(x.dtype, rows, length), np.ascontiguousarray(x)
     acc = np.empty((n, rows), x.dtype)
     for stream, devices, which in _chunks(seeds, n, rows, length):
         for s in range(stream.shape[0]):
             some = devices[which == s]
             if compiled:
-                expand_rows(stream, s, t, ENTRY_WORDS)
-                products(t, x, some, acc, some)
+                products.expand(stream, s)
+                products.project(x, some, acc, some)
             else:
                 acc[some] = _integer_products(_ternary(stream[s : s + 1], rows, length)[0], x[some])
     return acc
@@ -304,8 +300,10 @@ AffinePart = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 def _affine_checked(parts: Sequence[AffinePart]) -> tuple[np.dtype, int]:
     """The ring dtype and the length ``L = S w + P`` of :func:`project_affine`'s ``parts``, validated."""
-    for got in parts:
-        if not isinstance(got, tuple) or len(got) != 4 or not all(isinstance(a, np.ndarray) for a in got):
+    for got in parts:  # four isinstance calls, not a generator a part: this runs for every device of a check
+        if not (isinstance(got, tuple) and len(got) == 4 and isinstance(got[0], np.ndarray)
+                and isinstance(got[1], np.ndarray) and isinstance(got[2], np.ndarray)
+                and isinstance(got[3], np.ndarray)):
             raise InvalidParameters("each part must be a tuple of four arrays (base, count, words, tail)")
     if not parts:
         return np.dtype(np.uint64), 0
@@ -343,9 +341,10 @@ def project_affine(seeds: Sequence[bytes] | np.ndarray, negate: bool, parts: Seq
     -------
     ring array (n, rows) of the parts' dtype, equal to ``project_each(seeds, x, rows)`` for ``x``
     the stacked vectors (bit for bit: ``tests/fss/test_s21_bound_speed.py``).  With the compiled
-    kernels the vectors are computed four at a time into a scratch (4, L) and projected on their
-    seed's rows, expanded once for all its devices (:mod:`secemb.fss._projection_kernels`: no
-    (n, L) array); otherwise ``x`` is formed and projected as :func:`project_each` does.
+    kernels the vectors are computed a pass of the products' devices at a time (four, or two on a
+    uint64 ring with AMX) into a scratch and projected on their seed's rows, expanded once for all
+    its devices (:mod:`secemb.fss._projection_kernels`: no (n, L) array); otherwise ``x`` is formed
+    and projected as :func:`project_each` does.
 
     Raises
     ------
@@ -365,18 +364,18 @@ def project_affine(seeds: Sequence[bytes] | np.ndarray, negate: bool, parts: Seq
                 np.negative(sparse, out=sparse)
             x[d, base.size :] = tail
         return project_each(seeds, x, rows)
-    from secemb.fss._projection_kernels import ENTRY_WORDS, TILE, affine_vector, expand_rows, products_for
+    from secemb.fss._projection_kernels import Products, affine_vector
 
-    acc, products = np.empty((n, rows), dtype), products_for(dtype)
-    xs, t, tile = np.empty((TILE, length), dtype), _expanded(rows, length), np.arange(TILE)
+    acc, products = np.empty((n, rows), dtype), Products(dtype, rows, length)
+    xs, tile = np.empty((products.group, length), dtype), np.arange(products.group)
     for stream, devices, which in _chunks(seeds, n, rows, length):
         for s in range(stream.shape[0]):
-            expand_rows(stream, s, t, ENTRY_WORDS)
+            products.expand(stream, s)
             some = devices[which == s]
-            for lo in range(0, some.size, TILE):
-                to = some[lo : lo + TILE]
+            for lo in range(0, some.size, products.group):
+                to = some[lo : lo + products.group]
                 for k, d in enumerate(to.tolist()):
                     base, count, words, tail = parts[d]
                     affine_vector(base, count, words, bool(negate), tail, xs[k])
-                products(t, xs, tile[: to.size], acc, to)
+                products.project(xs, tile[: to.size], acc, to)
     return acc

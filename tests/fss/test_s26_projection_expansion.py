@@ -14,9 +14,14 @@ import pytest
 from projection_spec import spec_rows
 
 from secemb.fss import kernels
-from secemb.fss.projections import _expanded, _stream_bytes, _streams, row_key
+from secemb.fss.projections import _stream_bytes, _streams, row_key
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="numba is not installed")
+
+
+def _expanded(rows: int, length: int) -> np.ndarray:
+    """A scratch of ``rows`` expanded rows of ``length`` entries: int8 (rows, 4 ceil(length / 4))."""
+    return np.empty((rows, 4 * -(-length // 4)), np.int8)
 
 
 def _spec_entry(v: int, q: int) -> int:
