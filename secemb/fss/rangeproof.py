@@ -142,24 +142,25 @@ With the compiled kernels (:func:`secemb.fss.kernels.compiled`) that is one pass
 :func:`secemb.fss._rangeproof_kernels.verifier_core`, its devices the innermost loop (``O(N + L +
 M)`` multiply-adds a device and query point, no fixed cost a batch); otherwise one matrix product
 (:func:`secemb.fss.field.matmul`, float64 BLAS in limbs) for all devices, the same field elements.
-Per device it makes O(1) hashes: the own part, unless the caller has it
-already (:func:`own_parts`; one :func:`secemb.fss.hashing.sha256_many` batch where the devices'
-contexts are of one length, as :func:`hints_of` and :func:`seed_parts` hash a batch's parts),
-``jr`` (one hashlib call a device) and SHAKE-128 for the ``2 (M/2 + c)`` coefficients (one
-:func:`secemb.fss.hashing.shake128_many` batch: the Keccak kernel, eight devices a permutation, where
-the compiled kernels run); the query is one compiled call a batch
-(:func:`secemb.fss._rangeproof_kernels.query_core`); at server 1, one AES-CTR expansion
-(:func:`parse`: a batch's seeds in one :func:`secemb.fss.field.expand_many` call).  Server 0 parses
-a batch's messages and hashes its parts once for its request and its verdicts
-(:meth:`secemb.protocols.secemb.server.SecEmbServer.bound_request`), and checks a batch's elements at
-intake in one read (:func:`well_formed`).  On the calls of a captured ``bench robust`` bounded round
-(ML-100K cuckoo, 20 devices, 300 repeats, 3 alternating processes of each tree; session 32, helper
-G, 2 shared cores under load 6.5): :func:`verifier_messages` 209 against 271 us (minimum; medians
-228 against 295) at server 0 and 211 against 268 at server 1, :func:`parse` 22-24 against 39-41 at
-server 0 (its elements read in place) and 67 against 76 at server 1.  At ``rows = 40``, ``t = 26`` (or 25): ``m
-= 13``, ``N = 560``, ``c = 33``, ``L = 66``, ``M = 34``, a proof of ``4c + 4M + 5 = 273`` elements
-(device message to server 0: 6,712 bytes; the bits-and-two-wrap-bits proof of an earlier version,
-``N = 1,120``, took 11,688), verifier messages of 1,112 bytes a device.
+Per device it makes O(1) hashes: the own part, unless the caller has it already (:func:`own_parts`;
+one :func:`secemb.fss.hashing.sha256_many` batch where the devices' contexts are of one length, as
+:func:`hints_of` and :func:`seed_parts` hash a batch's parts), ``jr`` (one hashlib call a device)
+and SHAKE-128 for the ``2 (M/2 + c)`` coefficients (one :func:`secemb.fss.hashing.shake128_many`
+batch: the Keccak kernel, eight devices a permutation, where the compiled kernels run); the query is
+one compiled call a batch (:func:`secemb.fss._rangeproof_kernels.query_core`); at server 1, one
+AES-CTR expansion (:func:`parse`: a batch's seeds in one :func:`secemb.fss.field.expand_many`
+call).  Server 0 parses a batch's messages and hashes its parts once for its request and its
+verdicts (:meth:`secemb.protocols.secemb.server.SecEmbServer.bound_request`), and checks a batch's
+elements at intake in one read (:func:`well_formed`).  On the calls of a captured ``bench robust``
+bounded round (ML-100K cuckoo, 20 devices, 300 repeats, 3 alternating processes of each tree;
+session 32, helper G, 2 shared cores under load 6.5): :func:`verifier_messages` 209 against 271 us
+(minimum; medians 228 against 295) at server 0 and 211 against 268 at server 1, :func:`parse` 22-24
+against 39-41 at server 0 (its elements read in place) and 67 against 76 at server 1.
+
+At ``rows = 40``, ``t = 26`` (or 25): ``m = 13``, ``N = 560``, ``c = 33``, ``L = 66``, ``M = 34``, a
+proof of ``4c + 4M + 5 = 273`` elements (device message to server 0: 6,712 bytes; the
+bits-and-two-wrap-bits proof of an earlier version, ``N = 1,120``, took 11,688), verifier messages
+of 1,112 bytes a device.
 """
 
 from __future__ import annotations
@@ -937,7 +938,7 @@ def _verify_block(
     ctxs = [bytes(c) for c in contexts]
     own = list(parts) if parts is not None else _own_parts(shares.rows(lo, hi), ctxs)  # one batch, unless given
     jrs = []
-    for i in range(n):  # jr one hash a device (a sha256_many batch of 20 saved 10-15 us, session 32)
+    for i in range(n):  # jr one _joint call a device (a sha256_many batch of 20 saved only 10-15 us, session 32)
         hint = hints[i * PART_BYTES : (i + 1) * PART_BYTES]
         jrs.append(_joint(ctxs[i], *((own[i], hint) if party == 0 else (hint, own[i]))))
     joints = np.frombuffer(b"".join(jrs), np.uint8).reshape(n, PART_BYTES)
