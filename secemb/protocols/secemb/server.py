@@ -17,6 +17,7 @@ import numpy as np
 from secemb import fss
 from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError, SecembError
 from secemb.fss import rangeproof, sketchproof
+from secemb.fss.hashing import row_bytes
 from secemb.fss.sketch import Expanded, expand, server_inputs
 from secemb.fss.fused import PayloadSums, PreparedAggregation
 from secemb.fss.tasks import (
@@ -1259,8 +1260,9 @@ class SecEmbServer(ServerRole):
         count = max(0, (len(request) - HEADER_BYTES - QUERY_BYTES) // entry) if isinstance(request, bytes) else 0
         body = open_message(request, NAME, "bound_request", 1, cfg.round_id, QUERY_BYTES + entry * count)
         query = bytes(body[:QUERY_BYTES])
-        rows = [bytes(body[QUERY_BYTES + entry * j : QUERY_BYTES + entry * (j + 1)]) for j in range(count)]
-        users = [U64.unpack_from(r)[0] for r in rows]
+        # the entries' fields by column: u64 user || c || part_0 || part_1
+        table = np.frombuffer(body, np.uint8, entry * count, QUERY_BYTES).reshape(count, entry)
+        users = table[:, :8].copy().view("<u8")[:, 0].tolist()
         if len(set(users)) != count:
             raise InvalidMessage("bound_request: a user is listed twice")
         for u in users:
@@ -1268,16 +1270,18 @@ class SecEmbServer(ServerRole):
                 raise ProtocolError(f"user {u} did not upload to server 1 in round {cfg.round_id}")
             if u in self._answered:
                 raise ProtocolError(f"user {u}'s bound proof was already checked in round {cfg.round_id}")
-        challenges = [r[8 : 8 + CHALLENGE_BYTES] for r in rows]
         hint_at = 8 + CHALLENGE_BYTES
-        shares = rangeproof.parse(params, 1, [self._sigmas[u] + r[hint_at : hint_at + rangeproof.PART_BYTES]
-                                              for u, r in zip(users, rows, strict=True)])
+        challenges = row_bytes(table[:, 8:hint_at])
+        sigmas = [self._sigmas[u] for u in users]
+        shares = rangeproof.parse(params, 1, [s + h for s, h in zip(sigmas, row_bytes(
+            table[:, hint_at : hint_at + rangeproof.PART_BYTES]), strict=True)])
         contexts = self._bound_contexts(users, challenges)
-        own = rangeproof.seed_parts(contexts, [self._sigmas[u] for u in users])
+        own = rangeproof.seed_parts(contexts, sigmas)
         v1 = self._verifier_messages(params, shares, users, challenges, contexts, query, parts=own)
         derived = [self._absorbed[u].challenge for u in users]  # the full layout's c_u; else None
-        unbound = [j for j, (r, part, c, d) in enumerate(zip(rows, own, challenges, derived, strict=True))
-                   if part != r[hint_at + rangeproof.PART_BYTES :] or (d is not None and not hmac.compare_digest(c, d))]
+        forwarded = row_bytes(table[:, hint_at + rangeproof.PART_BYTES :])  # each part_1 as server 0 forwarded it
+        unbound = [j for j, (fwd, part, c, d) in enumerate(zip(forwarded, own, challenges, derived, strict=True))
+                   if part != fwd or (d is not None and not hmac.compare_digest(c, d))]
         v1[unbound, : params.opened_length] = 0
         self._answered.update(users)
         self._release_sums(users)
