@@ -1281,7 +1281,7 @@ class SecEmbServer(ServerRole):
         derived = [self._absorbed[u].challenge for u in users]  # the full layout's c_u; else None
         forwarded = row_bytes(table[:, hint_at + rangeproof.PART_BYTES :])  # each part_1 as server 0 forwarded it
         unbound = [j for j, (fwd, part, c, d) in enumerate(zip(forwarded, own, challenges, derived, strict=True))
-                   if part != fwd or (d is not None and not hmac.compare_digest(c, d))]
+                   if not hmac.compare_digest(part, fwd) or (d is not None and not hmac.compare_digest(c, d))]
         v1[unbound, : params.opened_length] = 0
         self._answered.update(users)
         self._release_sums(users)
