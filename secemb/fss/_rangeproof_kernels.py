@@ -187,6 +187,37 @@ def query_columns(lag, half, chunk, n_real, rho_words, place, f, top, pads, witn
 
 
 @njit(cache=True, nogil=True)
+def query_core(points, wire_weights, gadget_weights, half, chunk, n_real, rho_words, place, f, top,  # noqa: ANN001, ANN201, PLR0913
+               wire_rows, gadget_columns, pads, witness, ring):
+    """A batch's whole query (:func:`secemb.fss.rangeproof._query`, whose numpy code is the
+    reference) in one call: :func:`lagrange_rows` of the ``points`` (uint64 (Q,)) over the wire nodes
+    into ``wire_rows`` (uint64 (Q, M + 2); ``wire_weights`` their barycentric weights) and over the
+    gadget nodes into ``gadget_columns`` (uint64 (4M + 5, Q), transposed; ``gadget_weights``), then
+    :func:`query_columns` of the wire rows (its arguments and answer)."""
+    gadget_rows = np.empty((points.size, gadget_weights.size), np.uint64)
+    lagrange_rows(points, wire_weights, wire_rows)
+    lagrange_rows(points, gadget_weights, gadget_rows)
+    gadget_columns[:, :] = gadget_rows.T
+    return query_columns(wire_rows, half, chunk, n_real, rho_words, place, f, top, pads, witness, ring)
+
+
+@njit(cache=True, nogil=True)
+def top_bits(words, held):  # noqa: ANN001, ANN201
+    """Each of ``words`` (uint64 (n, W), in place) shifted right by 3 -- its top 61 bits, as
+    :func:`secemb.fss.field.expand` reads a stream's words -- and ``held[i]`` (bool (n,)) set to
+    whether row ``i`` then holds ``p`` (a word ``expand`` skips): one pass (numpy's shift and
+    comparison are two over the rows, and a temporary)."""
+    three = np.uint64(3)
+    for i in range(words.shape[0]):
+        hit = False
+        for j in range(words.shape[1]):
+            v = words[i, j] >> three
+            words[i, j] = v
+            hit |= v == _P
+        held[i] = hit
+
+
+@njit(cache=True, nogil=True)
 def decide_core(v0, v1, wires, ok):  # noqa: ANN001, ANN201
     """:func:`secemb.fss.rangeproof.decide`'s verdict per device ``d`` (its numpy code is the
     reference) into ``ok[d]`` (bool (n,)), for verifier messages ``v0, v1`` uint64 (n, 2L + 3 +

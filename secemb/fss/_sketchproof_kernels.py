@@ -22,7 +22,8 @@ from numba import njit
 from secemb.fss import _kernel_cache  # noqa: F401 - first: the kernels' cache also covers _sketch_kernels' helpers
 from secemb.fss._sketch_kernels import addp, mac128, mulp, red128, subp
 
-__all__ = ["SHORT", "prove_core", "prove_many_core", "messages_core", "query_rows", "reduce_words", "decide_core"]
+__all__ = ["SHORT", "prove_core", "prove_many_core", "messages_core", "query_rows", "query_points", "reduce_words",
+           "decide_core"]
 
 #: products one unreduced 128-bit sum takes (32 products below p^2 < 2^122 stay below 2^127)
 _TERMS = 32
@@ -176,25 +177,59 @@ def query_rows(points, wire_weights, gadget_weights, wire_rows, gadget_rows):  #
     j]`` over the wire nodes ``0..n1-1`` and ``gadget_rows[r, j]`` over the gadget nodes
     ``0..n2-1`` (``n1 <= n2`` the sizes of ``wire_weights`` and ``gadget_weights``, their
     barycentric weights): ``w_j prod_(m != j) (x - m) mod p``, the prefix products ``prod_(m < j)``
-    shared by both, as :func:`secemb.fss._rangeproof_kernels.lagrange_rows` computes each set."""
+    shared by both, as :func:`secemb.fss._rangeproof_kernels.lagrange_rows` computes each set.  The
+    points are the innermost loop: their products are independent chains, whose multiplications
+    overlap (one point at a time, each waited for the last; the same elements)."""
     n1, n2 = wire_weights.size, gadget_weights.size
-    one = np.uint64(1)
-    for r in range(points.size):
-        x = points[r]
-        acc = one
-        for j in range(n2):  # prod_(m < j) (x - m), both sets
-            gadget_rows[r, j] = acc
+    count = points.size
+    acc = np.empty(count, np.uint64)
+    acc[:] = 1
+    for j in range(n2):  # prod_(m < j) (x - m), both sets
+        for r in range(count):
+            gadget_rows[r, j] = acc[r]
             if j < n1:
-                wire_rows[r, j] = acc
-            acc = mulp(acc, x - np.uint64(j))
-        acc = one
-        for j in range(n2 - 1, -1, -1):  # times prod_(m > j, m < n2) (x - m), times w_j
-            gadget_rows[r, j] = mulp(mulp(gadget_rows[r, j], acc), gadget_weights[j])
-            acc = mulp(acc, x - np.uint64(j))
-        acc = one
-        for j in range(n1 - 1, -1, -1):  # the same over the wire nodes
-            wire_rows[r, j] = mulp(mulp(wire_rows[r, j], acc), wire_weights[j])
-            acc = mulp(acc, x - np.uint64(j))
+                wire_rows[r, j] = acc[r]
+            acc[r] = mulp(acc[r], points[r] - np.uint64(j))
+    acc[:] = 1
+    for j in range(n2 - 1, -1, -1):  # times prod_(m > j, m < n2) (x - m), times w_j
+        for r in range(count):
+            gadget_rows[r, j] = mulp(mulp(gadget_rows[r, j], acc[r]), gadget_weights[j])
+            acc[r] = mulp(acc[r], points[r] - np.uint64(j))
+    acc[:] = 1
+    for j in range(n1 - 1, -1, -1):  # the same over the wire nodes
+        for r in range(count):
+            wire_rows[r, j] = mulp(mulp(wire_rows[r, j], acc[r]), wire_weights[j])
+            acc[r] = mulp(acc[r], points[r] - np.uint64(j))
+
+
+@njit(inline="always")
+def _mod128(hi, lo, m):  # noqa: ANN001, ANN202
+    """``(hi 2^64 + lo) mod m`` for any 128-bit value and ``0 < m < 2^62``: ``hi mod m``, then
+    ``lo``'s bits shifted in one at a time (the running remainder stays below ``m``, so doubling it
+    and adding a bit stays below ``2^63``)."""
+    r = hi % m
+    one = np.uint64(1)
+    for bit in range(63, -1, -1):
+        r = (r << one) | ((lo >> np.uint64(bit)) & one)
+        if r >= m:
+            r -= m
+    return r
+
+
+@njit(cache=True, nogil=True)
+def query_points(words, nodes, points):  # noqa: ANN001, ANN201
+    """Each device's two query points (:func:`secemb.fss.sketchproof._points`, whose Python integers
+    are the reference) into ``points`` (uint64 (n, 2)), from its 32 bytes of SHAKE-128 output as
+    ``words`` (uint64 (n, 4), little-endian): ``h1 = (w1 2^64 + w0) mod (p - nodes)``, ``h2 = (w3
+    2^64 + w2) mod (p - nodes - 1)``; the points ``nodes + h1`` and ``nodes + (h1 + 1 + h2) mod (p -
+    nodes)`` (``nodes``: the gadget nodes ``2M + 3``, below ``2^32``)."""
+    m1 = _P - nodes
+    m2 = m1 - np.uint64(1)
+    for d in range(words.shape[0]):
+        h1 = _mod128(words[d, 1], words[d, 0], m1)
+        h2 = _mod128(words[d, 3], words[d, 2], m2)
+        points[d, 0] = nodes + h1
+        points[d, 1] = nodes + (h1 + np.uint64(1) + h2) % m1
 
 
 @njit(cache=True, nogil=True)

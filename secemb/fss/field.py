@@ -300,7 +300,8 @@ def expand_many(seeds: Sequence[bytes], count: int) -> np.ndarray:
     """:func:`expand` of each 16-byte secret seed, as one batch: ``uint64 (len(seeds), count)``,
     row ``i`` equal to ``expand(seeds[i], count)``.  Each seed's stream is encrypted at ``count``
     words straight into its row (:func:`stream_words`), and the shift and the search for ``p`` run
-    once over the whole batch: only the key set-up stays per seed.  A row whose first ``count``
+    once over the whole batch (one compiled pass with the kernels,
+    :func:`secemb.fss._rangeproof_kernels.top_bits`): only the key set-up stays per seed.  A row whose first ``count``
     words hold ``p`` (probability about ``count 2^-61``) is made again by :func:`expand`, the
     specification, which skips it.
 
@@ -312,8 +313,15 @@ def expand_many(seeds: Sequence[bytes], count: int) -> np.ndarray:
     if count < 0:
         raise InvalidParameters(f"count must be non-negative, got {count}")
     out = stream_words(seeds, count)
-    out >>= _S3
-    for i in np.flatnonzero(np.any(out == _P, axis=1)).tolist():
+    if kernels.compiled():  # the shift and the search for p in one compiled pass
+        from secemb.fss._rangeproof_kernels import top_bits
+
+        held = np.empty(len(out), bool)
+        top_bits(out, held)
+    else:
+        out >>= _S3
+        held = np.any(out == _P, axis=1)
+    for i in np.flatnonzero(held).tolist():
         out[i] = expand(seeds[i], count)
     return out
 

@@ -2,7 +2,9 @@
 per table row and round; the parties' key digests, one per user and round): on the SHA-NI kernel
 (:mod:`secemb.fss._shani`) where it runs (:func:`secemb.fss.kernels.sha_compiled`) -- compiled,
 without the GIL, so a backend's threads share it -- else with :mod:`hashlib`, the reference, row by
-row."""
+row.  SHAKE-128 of such messages likewise (:func:`shake128_many`: the verifiers' coefficients and
+query points of a batch of proofs), on the Keccak kernel (:mod:`secemb.fss._keccak`) where the
+compiled kernels run."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import numpy as np
 from secemb.errors import InvalidParameters
 from secemb.fss import kernels
 
-__all__ = ["row_bytes", "sha256_many"]
+__all__ = ["row_bytes", "sha256_many", "shake128_many"]
 
 
 @cache
@@ -49,6 +51,38 @@ def sha256_many(prefix: bytes, suffixes: np.ndarray) -> np.ndarray:
         h.update(row)
         digests.append(h.digest())
     return np.frombuffer(b"".join(digests), np.uint8).reshape(len(suffixes), 32)
+
+
+@cache
+def _keccak() -> ModuleType:
+    """The Keccak kernel's module (:mod:`secemb.fss._keccak`), imported on first use."""
+    from secemb.fss import _keccak
+
+    return _keccak
+
+
+def shake128_many(prefix: bytes, rows: np.ndarray, nbytes: int) -> np.ndarray:
+    """The first ``nbytes`` bytes of ``SHAKE-128(prefix || rows[i])`` of every row of ``rows`` (uint8
+    (n, L), in any memory layout), as uint8 (n, nbytes), C-contiguous; the same bytes on either
+    path: the Keccak kernel (:mod:`secemb.fss._keccak`, :data:`~secemb.fss._keccak.LANES` messages a
+    permutation) where the compiled kernels run (:func:`secemb.fss.kernels.compiled`), else
+    :mod:`hashlib` row by row (the reference).  At 20 messages of 48-70 bytes (the verifiers'): 592
+    bytes each 10.6 against 47.4 us, 800 bytes 12.7 against 56.4, 32 bytes 4.9 against 23.6
+    (medians of 2,000 calls; session 32, helper G, 2 shared cores under load 6-8).
+
+    Raises
+    ------
+    InvalidParameters: ``rows`` is not a 2-D uint8 array, or ``nbytes`` is negative.
+    """
+    if not isinstance(rows, np.ndarray) or rows.dtype != np.uint8 or rows.ndim != 2:
+        raise InvalidParameters(f"rows must be a uint8 (n, L) array, got {getattr(rows, 'dtype', None)} "
+                                f"{getattr(rows, 'shape', type(rows).__name__)}")
+    if nbytes < 0:
+        raise InvalidParameters(f"nbytes must be non-negative, got {nbytes}")
+    if kernels.compiled():
+        return np.ascontiguousarray(_keccak().shake128_rows(prefix, np.ascontiguousarray(rows), nbytes))
+    data = b"".join(hashlib.shake_128(prefix + row.tobytes()).digest(nbytes) for row in rows)
+    return np.frombuffer(data, np.uint8).reshape(len(rows), nbytes).copy()
 
 
 def row_bytes(rows: np.ndarray, width: int | None = None) -> list[bytes]:

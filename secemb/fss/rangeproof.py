@@ -142,14 +142,25 @@ With the compiled kernels (:func:`secemb.fss.kernels.compiled`) that is one pass
 :func:`secemb.fss._rangeproof_kernels.verifier_core`, its devices the innermost loop (``O(N + L +
 M)`` multiply-adds a device and query point, no fixed cost a batch); otherwise one matrix product
 (:func:`secemb.fss.field.matmul`, float64 BLAS in limbs) for all devices, the same field elements.
-Per device it makes O(1) hashes (the own part, unless the caller has it already: one
-:func:`secemb.fss.hashing.sha256_many` batch where the devices' contexts are of one length, as
-:func:`hints_of` and :func:`seed_parts` hash a batch's parts; ``jr``; SHAKE-128 for the ``2 (M/2 +
-c)`` coefficients) and, at server 1, one AES-CTR expansion (:func:`parse`: a batch's seeds in one
-:func:`secemb.fss.field.expand_many` call).  At ``rows = 40``, ``t = 26`` (or 25): ``m
-= 13``, ``N = 560``, ``c = 33``, ``L = 66``, ``M = 34``, a proof of ``4c + 4M + 5 = 273`` elements
-(device message to server 0: 6,712 bytes; the bits-and-two-wrap-bits proof of an earlier version,
-``N = 1,120``, took 11,688), verifier messages of 1,112 bytes a device.
+Per device it makes O(1) hashes: the own part, unless the caller has it already (:func:`own_parts`;
+one :func:`secemb.fss.hashing.sha256_many` batch where the devices' contexts are of one length, as
+:func:`hints_of` and :func:`seed_parts` hash a batch's parts), ``jr`` (one hashlib call a device)
+and SHAKE-128 for the ``2 (M/2 + c)`` coefficients (one :func:`secemb.fss.hashing.shake128_many`
+batch: the Keccak kernel, eight devices a permutation, where the compiled kernels run); the query is
+one compiled call a batch (:func:`secemb.fss._rangeproof_kernels.query_core`); at server 1, one
+AES-CTR expansion (:func:`parse`: a batch's seeds in one :func:`secemb.fss.field.expand_many`
+call).  Server 0 parses a batch's messages and hashes its parts once for its request and its
+verdicts (:meth:`secemb.protocols.secemb.server.SecEmbServer.bound_request`), and checks a batch's
+elements at intake in one read (:func:`well_formed`).  On the calls of a captured ``bench robust``
+bounded round (ML-100K cuckoo, 20 devices, 300 repeats, 3 alternating processes of each tree;
+session 32, helper G, 2 shared cores under load 6.5): :func:`verifier_messages` 209 against 271 us
+(minimum; medians 228 against 295) at server 0 and 211 against 268 at server 1, :func:`parse` 22-24
+against 39-41 at server 0 (its elements read in place) and 67 against 76 at server 1.
+
+At ``rows = 40``, ``t = 26`` (or 25): ``m = 13``, ``N = 560``, ``c = 33``, ``L = 66``, ``M = 34``, a
+proof of ``4c + 4M + 5 = 273`` elements (device message to server 0: 6,712 bytes; the
+bits-and-two-wrap-bits proof of an earlier version, ``N = 1,120``, took 11,688), verifier messages
+of 1,112 bytes a device.
 """
 
 from __future__ import annotations
@@ -165,7 +176,7 @@ import numpy as np
 from secemb.errors import InvalidMessage, InvalidParameters, check_int
 from secemb.fss import field as F
 from secemb.fss import kernels
-from secemb.fss.hashing import row_bytes, sha256_many
+from secemb.fss.hashing import row_bytes, sha256_many, shake128_many
 from secemb.randomness import SEED_BYTES, RandomBytes, system_rng
 
 __all__ = [
@@ -179,6 +190,8 @@ __all__ = [
     "seed_parts",
     "device_part",
     "parse",
+    "own_parts",
+    "well_formed",
     "check_message",
     "verifier_messages",
     "parse_verifier_messages",
@@ -190,6 +203,8 @@ PART_BYTES = 32
 _JOINT_WORDS = PART_BYTES // 8
 _DOMAIN = b"secemb/fss/rangeproof/v1/"
 _P = np.uint64(F.P)
+# words before the elements of a message to server 0: blind_0 and part_1
+_HEAD_WORDS = (SEED_BYTES + PART_BYTES) // 8
 # devices per block in verifier_messages: bounds its temporaries (at rows 40, t 26 a block's largest is
 # about 1 MiB; at 128 devices they were mapped afresh each block, 2,000 page faults a call of 100 devices)
 _VERIFIER_BLOCK = 64
@@ -400,16 +415,18 @@ def _parts(party: int, contexts: Sequence[bytes], keys: np.ndarray, inputs: np.n
     return row_bytes(sha256_many(_DOMAIN + b"part" + _framed(bytes([party])), _framed_rows(rows, keys, inputs)))
 
 
-def _coefficients(params: RangeParams, joints: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
+def _coefficients(params: RangeParams, joints: Sequence[bytes] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The coefficients ``(r, r')`` on the gadget calls (``uint64 (n, 2, M/2)``) and ``(s, s')`` on
-    the slots (``uint64 (n, 2, c)``) for each device's joint randomness ``jr``: the element
-    ``e = k c + i`` is weighted by ``r_k s_i`` in ``C_A`` and by ``r'_k s'_i`` in ``C_B``.  Each is
-    uniform in ``[0, 2^60)`` (enough for the Schwartz-Zippel bound of the Soundness section): the
-    top 60 bits of a little-endian word of ``SHAKE-128(domain || jr)``, one call a device."""
+    the slots (``uint64 (n, 2, c)``) for each device's joint randomness ``jr`` (32 bytes each, or
+    their rows uint8 (n, 32)): the element ``e = k c + i`` is weighted by ``r_k s_i`` in ``C_A`` and
+    by ``r'_k s'_i`` in ``C_B``.  Each is uniform in ``[0, 2^60)`` (enough for the Schwartz-Zippel
+    bound of the Soundness section): the top 60 bits of a little-endian word of ``SHAKE-128(domain ||
+    jr)``, the devices' outputs one :func:`~secemb.fss.hashing.shake128_many` batch."""
     half, c = params.half_calls, params.chunk
     width = 2 * (half + c)
-    data = b"".join(hashlib.shake_128(_DOMAIN + b"coefficients" + jr).digest(8 * width) for jr in joints)
-    words = np.frombuffer(data, dtype="<u8").astype(np.uint64).reshape(len(joints), width) >> np.uint64(4)
+    rows = joints if isinstance(joints, np.ndarray) else \
+        np.frombuffer(b"".join(joints), np.uint8).reshape(len(joints), PART_BYTES)
+    words = shake128_many(_DOMAIN + b"coefficients", rows, 8 * width).view("<u8").astype(np.uint64) >> np.uint64(4)
     return words[:, : 2 * half].reshape(-1, 2, half), words[:, 2 * half :].reshape(-1, 2, c)
 
 
@@ -438,28 +455,28 @@ def _query(params: RangeParams, query_seed: bytes) -> _Query:
     16-byte little-endian integer reduced mod ``p``, as :func:`secemb.fss.field.from_uniform_bytes`
     reduces it)."""
     d, m = params.gadget_nodes, params.digits
-    f = 1 << (2 * m - params.bits)  # 1 for even t, 2 for odd
+    f, place = _places(params)
     width = 2 + 1 + params.rows
     blob = hashlib.shake_128(_DOMAIN + b"query" + _framed(query_seed)).digest(16 * width)
     h1 = int.from_bytes(blob[:16], "little") % (F.P - d)
     h2 = int.from_bytes(blob[16:32], "little") % (F.P - d - 1)
     points = np.array([d + h1, d + (h1 + 1 + h2) % (F.P - d)], dtype=np.uint64)  # any non-node value but rho_1
     delta = np.uint64(int.from_bytes(blob[32:48], "little") % F.P)
-    lag = F.lagrange_coefficients(params.calls + 2, points)  # (2, M + 2)
-    gadget_columns = F.lagrange_coefficients(d, points).T
-    # e_i = f (r_0i + r_1i) - sum_j 4^j d_ij - f 2^k w_i + 2^(2m-1)  (every weight below 2^60 < p)
-    place = np.array([1 << (2 * j) for j in range(m)] + [f << params.ring_bits], dtype=np.uint64)
-    if kernels.compiled():  # the same elements as the numpy below in one compiled pass, rho' reduced there too
-        from secemb.fss._rangeproof_kernels import query_columns
+    if kernels.compiled():  # the same elements as the numpy below in one compiled call, rho' reduced there too
+        from secemb.fss._rangeproof_kernels import query_core
 
+        lag, gadget_columns = np.empty((2, params.calls + 2), np.uint64), np.empty((d, 2), np.uint64)
         pads = np.empty((2, params.chunk), np.uint64)
         witness, ring = np.empty(params.rows * place.size, np.uint64), np.empty(params.rows, np.uint64)
-        constant = query_columns(lag, params.half_calls, params.chunk, params.witness_length,
-                                 np.frombuffer(blob, "<u8", 2 * params.rows, 48).reshape(params.rows, 2), place,
-                                 np.uint64(f), np.uint64(1 << (2 * m - 1)), pads, witness, ring)
+        constant = query_core(points, F.barycentric(params.calls + 2), F.barycentric(d), params.half_calls,
+                              params.chunk, params.witness_length,
+                              np.frombuffer(blob, "<u8", 2 * params.rows, 48).reshape(params.rows, 2), place,
+                              np.uint64(f), np.uint64(1 << (2 * m - 1)), lag, gadget_columns, pads, witness, ring)
         return _Query(wire_rows=lag, pads=pads, gadget_columns=gadget_columns, delta=delta,
                       witness_column=witness.reshape(-1, 1), ring_column=ring.reshape(-1, 1),
                       constant=np.array(constant, np.uint64))
+    lag = F.lagrange_coefficients(params.calls + 2, points)  # (2, M + 2)
+    gadget_columns = F.lagrange_coefficients(d, points).T
     rho = F.from_uniform_bytes(blob[48:], params.rows)
     return _Query(
         wire_rows=lag,
@@ -470,6 +487,18 @@ def _query(params: RangeParams, query_seed: bytes) -> _Query:
         ring_column=F.mul(rho, np.uint64(f))[:, None],
         constant=F.mul(F.sum_mod(rho), np.uint64(1 << (2 * m - 1))),
     )
+
+
+@cache
+def _places(params: RangeParams) -> tuple[int, np.ndarray]:
+    """``f`` (1 for even ``t``, 2 for odd) and the weights of a row's witness elements in its
+    relation, ``uint64 (m + 1,)`` (read-only): ``e_i = f (r_0i + r_1i) - sum_j 4^j d_ij - f 2^k w_i +
+    2^(2m-1)`` (every weight below ``2^60 < p``)."""
+    m = params.digits
+    f = 1 << (2 * m - params.bits)
+    place = np.array([1 << (2 * j) for j in range(m)] + [f << params.ring_bits], dtype=np.uint64)
+    place.setflags(write=False)
+    return f, place
 
 
 def _slot_sums(params: RangeParams, rows: np.ndarray) -> np.ndarray:
@@ -742,17 +771,61 @@ def parse(params: RangeParams, party: int, msgs: Sequence[bytes]) -> ProofShares
     n, big_n, plen = len(msgs), params.witness_length, params.proof_length
     for i, m in enumerate(msgs):
         _check_size(params, party, m, i)
-    raw = np.frombuffer(b"".join(bytes(m) for m in msgs), dtype=np.uint8).reshape(n, size)
+    data = bytearray().join(msgs)  # writable: server 0's elements are read in place, not copied again
+    raw = np.frombuffer(data, dtype=np.uint8).reshape(n, size)
     keys = raw[:, :SEED_BYTES].copy()
     hints = raw[:, SEED_BYTES : SEED_BYTES + PART_BYTES].copy()
     if party == 1:  # the seeds expanded as one batch
-        shares = F.expand_many([seed.tobytes() for seed in keys], big_n + plen)
-    else:
-        shares = raw[:, SEED_BYTES + PART_BYTES :].copy().view("<u8").astype(np.uint64)
-        bad = np.flatnonzero(np.any(shares >= np.uint64(F.P), axis=1))
+        shares = F.expand_many(row_bytes(keys), big_n + plen)
+    else:  # the elements after each head (size and the head are whole words), a view of the joined messages
+        shares = np.frombuffer(data, dtype="<u8").reshape(n, size // 8)[:, _HEAD_WORDS:].astype(np.uint64, copy=False)
+        bad = np.flatnonzero(shares.max(axis=1, initial=0) >= _P)
         if bad.size:
             raise InvalidMessage(f"range proof message {int(bad[0])} for server 0: an element is not below p")
     return ProofShares(party, keys, hints, shares[:, :big_n], shares[:, big_n:])
+
+
+def own_parts(params: RangeParams, shares: ProofShares, contexts: Sequence[bytes]) -> list[bytes]:
+    """This server's own joint-randomness part of each of the ``n`` devices of its :func:`parse`
+    result ``shares``, each under its context: server 0's :func:`hint_of` of the device's message
+    (from its key and witness shares), server 1's :func:`seed_part` of its seed -- what
+    :func:`verifier_messages` takes as ``parts``; hashed as one batch where the contexts are of one
+    length (:func:`_parts`), the same bytes.
+
+    Raises
+    ------
+    InvalidParameters
+        If ``shares`` were not parsed under ``params``, or ``contexts`` are not ``n`` bytes objects.
+    """
+    n = len(shares)
+    if shares.inputs.shape != (n, params.witness_length) or shares.keys.shape != (n, SEED_BYTES):
+        raise InvalidParameters(f"shares of {n} devices were not parsed under {params}")
+    if len(contexts) != n:
+        raise InvalidParameters(f"need one context a device: {n} devices, {len(contexts)} contexts")
+    return _own_parts(shares, [_context(c) for c in contexts])
+
+
+def _own_parts(shares: ProofShares, contexts: list[bytes]) -> list[bytes]:
+    """:func:`own_parts` of checked arguments (contexts as bytes)."""
+    if not len(shares):
+        return []
+    # server 0 hashes its witness shares' wire bytes (little-endian words), server 1 its seed alone
+    inputs = shares.inputs.astype("<u8", copy=False).view(np.uint8) if shares.party == 0 else \
+        np.empty((len(shares), 0), np.uint8)
+    return _parts(shares.party, contexts, shares.keys, inputs)
+
+
+def well_formed(params: RangeParams, msgs: Sequence[bytes | memoryview]) -> np.ndarray:
+    """``bool (n,)``: which of the ``n`` untrusted messages to server 0 :func:`check_message` takes
+    (``params.message_bytes(0)`` bytes whose field elements are below ``p``), read as one buffer: a
+    batch's intake checks its messages in one pass, then names a refused one's fault with
+    :func:`check_message`."""
+    size = params.message_bytes(0)
+    sized = [i for i, m in enumerate(msgs) if _nbytes(m) == size]
+    words = np.frombuffer(b"".join([msgs[i] for i in sized]), dtype="<u8").reshape(len(sized), size // 8)
+    out = np.zeros(len(msgs), bool)
+    out[sized] = words[:, _HEAD_WORDS:].max(axis=1, initial=0) < _P
+    return out
 
 
 def check_message(params: RangeParams, party: int, msg: bytes) -> None:
@@ -863,16 +936,15 @@ def _verify_block(
     n = hi - lo
     hints = shares.hints[lo:hi].tobytes()
     ctxs = [bytes(c) for c in contexts]
-    # the part this server can compute, unless given: one batch (the witness shares' bytes at server 0)
-    inputs = x.astype("<u8").view(np.uint8) if party == 0 else np.empty((n, 0), np.uint8)
-    own = list(parts) if parts is not None else _parts(party, ctxs, shares.keys[lo:hi], inputs)
+    own = list(parts) if parts is not None else _own_parts(shares.rows(lo, hi), ctxs)  # one batch, unless given
     jrs = []
-    for i in range(n):  # jr one hash a device (in one sha256_many batch: no faster in a round at 20 devices)
+    for i in range(n):  # jr one _joint call a device (a sha256_many batch of 20 saved only 10-15 us, session 32)
         hint = hints[i * PART_BYTES : (i + 1) * PART_BYTES]
         jrs.append(_joint(ctxs[i], *((own[i], hint) if party == 0 else (hint, own[i]))))
-    calls, slots = _coefficients(params, jrs)
+    joints = np.frombuffer(b"".join(jrs), np.uint8).reshape(n, PART_BYTES)
+    calls, slots = _coefficients(params, joints)
     msg = np.empty((n, params.verifier_length), dtype=np.uint64)
-    msg[:, params.opened_length :] = np.frombuffer(b"".join(jrs), dtype="<u8").reshape(n, _JOINT_WORDS)
+    msg[:, params.opened_length :] = joints.view("<u8")
     if kernels.compiled():  # the same field elements in one compiled pass over the block's devices
         from secemb.fss._rangeproof_kernels import verifier_core
 

@@ -109,8 +109,15 @@ coefficients once, the Lagrange rows in one compiled pass): in ``bench robust``'
 (ML-100K cuckoo with relay, 20 devices; thread CPU, medians of 15 rounds, 3 alternating runs of
 each tree, under load 4-5) server 0's intake 1.05-1.10 -> 0.61-0.74 ms (0.6-0.7 ms without the
 check), ``verify_answer`` 0.79-0.89 -> 0.64-0.71 ms, ``verify_rejected`` 0.67-0.73 -> 0.43-0.50 ms;
-what is left is mostly each device's SHAKE-128 calls (coefficients, query points), server 1's
-stream and the servers' input shares.
+what was left was mostly each device's SHAKE-128 calls (coefficients, query points), server 1's
+stream and the servers' input shares.  Since session 32 the SHAKE-128 outputs of a batch are one
+:func:`secemb.fss.hashing.shake128_many` call (the Keccak kernel, eight devices a permutation), the
+query points are reduced in one compiled pass (:func:`secemb.fss._sketchproof_kernels.query_points`),
+the Lagrange rows take the points as their innermost loop, and server 1's stream is shifted and
+searched for ``p`` in one pass: on the calls of a captured ``bench robust`` bounded round (20
+devices, 300 repeats, 3 alternating processes of each tree; helper G, 2 shared cores under load 6.5)
+:func:`verifier_messages` 113 against 190 us (minimum; medians 120 against 211), :func:`verify` 120
+against 199 (128 against 210), :func:`server1_shares` 33 against 48.
 """
 
 from __future__ import annotations
@@ -127,7 +134,7 @@ import numpy as np
 from secemb.errors import InvalidMessage, InvalidParameters, check_int
 from secemb.fss import field as F
 from secemb.fss import kernels
-from secemb.fss.hashing import row_bytes, sha256_many
+from secemb.fss.hashing import row_bytes, sha256_many, shake128_many
 from secemb.fss.sketch import SKETCH_SEED_BYTES  # c_u's length, and the query seed q's (HMAC-SHA256 cut to it)
 from secemb.randomness import DRBG_DOMAIN, SEED_BYTES, RandomBytes, drbg_key, system_rng
 
@@ -235,12 +242,12 @@ def _seed(name: str, value: object, size: int = SKETCH_SEED_BYTES) -> bytes:
     return bytes(value)
 
 
-def _seeds(name: str, values: Sequence[bytes], n: int) -> list[bytes]:
+def _seeds(name: str, values: Sequence[bytes], n: int, size: int = SKETCH_SEED_BYTES) -> list[bytes]:
     if len(values) != n:
         raise InvalidParameters(f"{name}: expected {n} seeds, got {len(values)}")
-    if all(type(v) is bytes and len(v) == SKETCH_SEED_BYTES for v in values):  # a server's own: taken as they are
+    if all(type(v) is bytes and len(v) == size for v in values):  # a server's own: taken as they are
         return list(values)
-    return [_seed(f"{name}[{i}]", v) for i, v in enumerate(values)]
+    return [_seed(f"{name}[{i}]", v, size) for i, v in enumerate(values)]
 
 
 def share_seed(sigma: bytes) -> bytes:
@@ -270,21 +277,29 @@ def _coefficients(params: SketchParams, seeds: Sequence[bytes]) -> tuple[np.ndar
     ``c_u``: uniform field elements, :func:`secemb.fss.field.xof` of ``domain || "coefficients" ||
     c_u`` (one SHAKE-128 call a device, reduced as one batch)."""
     m, width = params.calls, params.calls + params.chunk
-    data = b"".join(_coefficient_bytes(params, seed) for seed in seeds)
+    words = _coefficient_words(params, seeds)
     if kernels.compiled():  # the same elements in one compiled pass
         from secemb.fss._sketchproof_kernels import reduce_words
 
         out = np.empty((len(seeds), width), np.uint64)
-        reduce_words(np.frombuffer(data, "<u8"), out.reshape(-1))
+        reduce_words(words.reshape(-1), out.reshape(-1))
     else:
-        out = F.from_uniform_bytes(data, len(seeds) * width).reshape(len(seeds), width)
+        out = F.from_uniform_bytes(words.reshape(-1), len(seeds) * width).reshape(len(seeds), width)
     return out[:, :m], out[:, m:]
 
 
-def _coefficient_bytes(params: SketchParams, seed: bytes) -> bytes:
-    """The ``16 (M + c)`` bytes of SHAKE-128 whose 16-byte integers, reduced mod ``p``, are
-    :func:`_coefficients`' ``r || s`` for the device seed ``seed``."""
-    return hashlib.shake_128(_DOMAIN + b"coefficients" + seed).digest(16 * (params.calls + params.chunk))
+def _seed_rows(seeds: Sequence[bytes]) -> np.ndarray:
+    """The 16-byte seeds as the rows of uint8 (n, 16)."""
+    return np.frombuffer(b"".join(seeds), np.uint8).reshape(len(seeds), SKETCH_SEED_BYTES)
+
+
+def _coefficient_words(params: SketchParams, seeds: Sequence[bytes]) -> np.ndarray:
+    """``uint64 (n, 2 (M + c))``: per device seed, the ``16 (M + c)`` bytes of SHAKE-128 of ``domain ||
+    "coefficients" || seed`` as little-endian words, whose 16-byte integers, reduced mod ``p``, are
+    :func:`_coefficients`' ``r || s``; the devices' outputs one
+    :func:`~secemb.fss.hashing.shake128_many` batch."""
+    data = shake128_many(_DOMAIN + b"coefficients", _seed_rows(seeds), 16 * (params.calls + params.chunk))
+    return data.view("<u8").astype(np.uint64, copy=False)
 
 
 def _calls(params: SketchParams, x: np.ndarray) -> np.ndarray:
@@ -397,7 +412,7 @@ def _prove_compiled(params: SketchParams, x: np.ndarray, seed: bytes, sigma: byt
     seeds' bytes (one ``rng`` call, as :func:`_prove_inputs`) and server 1's AES-CTR stream
     (:func:`secemb.fss._rangeproof_kernels.ctr_streams` under ``drbg_key(share_seed(sigma))``, the
     stream :func:`secemb.fss.field.expand` reads) go in raw (:func:`_prove_drawn`)."""
-    coefficients = np.frombuffer(_coefficient_bytes(params, seed), "<u8")
+    coefficients = _coefficient_words(params, [seed])[0]
     wire_words = np.frombuffer(rng(16 * 2 * params.wires), "<u8")
     key = np.frombuffer(drbg_key(share_seed(sigma)), np.uint8).reshape(1, 32)
     return _prove_drawn(params, x, coefficients, wire_words, key, F.ELEMENT_BYTES * params.proof_length)
@@ -470,8 +485,8 @@ def prove_many(params: SketchParams, xs: np.ndarray, seeds: Sequence[bytes], sig
     if not kernels.compiled() or not n:  # the numpy reference: device by device
         return [_prove_reference(params, x, seed, bytes(sigma), rng, i)
                 for i, (x, seed, sigma, rng) in enumerate(zip(xs, seeds, sigmas, rngs, strict=True))]
-    (kernel, ctr), words = _prover_kernels(), 2 * (params.calls + params.chunk)
-    coefficients = np.frombuffer(b"".join(_coefficient_bytes(params, seed) for seed in seeds), "<u8").reshape(n, words)
+    kernel, ctr = _prover_kernels()
+    coefficients = _coefficient_words(params, seeds)
     wire_words = np.frombuffer(b"".join(rng(16 * 2 * params.wires) for rng in rngs), "<u8").reshape(n, 4 * params.wires)
     _, keys = _share_keys(np.frombuffer(sigma_rows, np.uint8).reshape(n, SEED_BYTES))  # drbg_key(share_seed(sigma))
     nbytes = F.ELEMENT_BYTES * params.proof_length
@@ -559,19 +574,20 @@ def server1_shares(params: SketchParams, sigmas: Sequence[bytes]) -> np.ndarray:
         If a ``sigma`` is not 16 bytes (the caller checks the device's bytes at intake).
     """
     n, count = len(sigmas), params.proof_length
-    rows = np.frombuffer(b"".join(_seed(f"sigma[{i}]", s, SEED_BYTES) for i, s in enumerate(sigmas)), np.uint8)
+    rows = np.frombuffer(b"".join(_seeds("sigma", sigmas, n, SEED_BYTES)), np.uint8)
     digests, keys = _share_keys(rows.reshape(n, SEED_BYTES))
     seed_list = row_bytes(digests)
     if not kernels.compiled():
         return F.expand_many(seed_list, count)
-    from secemb.fss._rangeproof_kernels import CTR_BLOCKS, ctr_streams
+    from secemb.fss._rangeproof_kernels import CTR_BLOCKS, ctr_streams, top_bits
 
     size = F.ELEMENT_BYTES * count
     buf = np.empty(n * size + 16 * CTR_BLOCKS, np.uint8)  # a row's last pass may run past it (into the next row)
     ctr_streams(keys, buf, size, size)
-    out = buf[: n * size].view("<u8").reshape(n, count).astype(np.uint64)
-    out >>= np.uint64(3)  # the top 61 bits of each word, as expand reads them
-    for i in np.flatnonzero(np.any(out == _P, axis=1)).tolist():
+    out = buf[: n * size].view("<u8").reshape(n, count).astype(np.uint64, copy=False)
+    held = np.empty(n, bool)
+    top_bits(out, held)  # the top 61 bits of each word, as expand reads them, and the rows that hold p
+    for i in np.flatnonzero(held).tolist():
         out[i] = F.expand(seed_list[i], count)
     return out
 
@@ -581,11 +597,18 @@ def _points(params: SketchParams, queries: Sequence[bytes]) -> np.ndarray:
     ``0..2M+2``, from SHAKE-128 of its query seed (as :func:`secemb.fss.rangeproof`'s query)."""
     d = params.gadget_nodes
     m1, m2 = F.P - d, F.P - d - 1
+    blob = shake128_many(_DOMAIN + b"query", _seed_rows(queries), 32)  # the devices' outputs, one batch
+    if kernels.compiled():  # the same points, reduced in one compiled pass
+        from secemb.fss._sketchproof_kernels import query_points
+
+        out = np.empty((len(queries), 2), np.uint64)
+        query_points(blob.view("<u8"), np.uint64(d), out)
+        return out
     points: list[int] = []
-    for q in queries:
-        blob = hashlib.shake_128(_DOMAIN + b"query" + q).digest(32)
-        h1 = int.from_bytes(blob[:16], "little") % m1
-        h2 = int.from_bytes(blob[16:], "little") % m2
+    blobs = blob.tobytes()
+    for at in range(0, len(blobs), 32):
+        h1 = int.from_bytes(blobs[at : at + 16], "little") % m1
+        h2 = int.from_bytes(blobs[at + 16 : at + 32], "little") % m2
         points += (d + h1, d + (h1 + 1 + h2) % m1)  # any non-node value but rho_1
     return np.array(points, np.uint64).reshape(len(queries), 2)
 

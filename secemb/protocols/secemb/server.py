@@ -17,6 +17,7 @@ import numpy as np
 from secemb import fss
 from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError, SecembError
 from secemb.fss import rangeproof, sketchproof
+from secemb.fss.hashing import row_bytes
 from secemb.fss.sketch import Expanded, expand, server_inputs
 from secemb.fss.fused import PayloadSums, PreparedAggregation
 from secemb.fss.tasks import (
@@ -151,6 +152,20 @@ class _Absorbed:
     folded: bool = False
 
 
+@dataclass(frozen=True)
+class _Asked:
+    """Server 0: what its last :meth:`SecEmbServer.bound_request` fixed, which
+    :meth:`SecEmbServer.bound_rejected` verifies with (computed once for both)."""
+
+    users: list[int]  # the users it asked for (sorted), those that sent a proof
+    query: bytes  # the query seed q
+    unproved: set[int]  # the users of the request without a proof (rejected)
+    challenges: list[bytes]  # each user's challenge
+    contexts: list[bytes]  # each user's proof context
+    shares: rangeproof.ProofShares  # server 0's parsed shares of their proofs
+    hints: list[bytes]  # server 0's own parts (part_0), sent to server 1
+
+
 def sift(items: list[tuple[int, _M]], out: list[_T | SecembError],
          take: Callable[[int, _M, set[int]], _R]) -> tuple[list[int], list[int], list[_R]]:
     """The items ``(user, message)`` of a batch that pass: each user checked
@@ -261,8 +276,7 @@ class SecEmbServer(ServerRole):
         self._sigmas: dict[int, bytes] = {}  # server 1, verified uploads: each retrieved user's proof seed
         self._challenges: dict[int, bytes] = {}  # server 0, bounded payloads: each uploaded user's challenge
         self._proofs: dict[int, bytes] = {}  # server 0, bounded payloads: each user's proof (range proof msg0)
-        # server 0: the last bound_request's users, query seed, users without a proof and hints (part_0)
-        self._asked: tuple[list[int], bytes, set[int], list[bytes]] | None = None
+        self._asked: _Asked | None = None  # server 0: its last bound_request
         self._answered: set[int] = set()  # server 1: the users whose verifier messages it gave
         layout = "full" if config.layout == "full" else config.cuckoo()
         # the evaluated table carries each row's tag (verified retrieval, docs/security.md)
@@ -1097,18 +1111,25 @@ class SecEmbServer(ServerRole):
         cfg = self._cfg()
         params = self._bounded(0)
         out: list[SecembError | None] = [None] * len(proofs)
-        opener = Opener(NAME, "bound_proof", 0, cfg.round_id, params.message_bytes(0))
+        size = params.message_bytes(0)
+        opener = Opener(NAME, "bound_proof", 0, cfg.round_id, size)
+        # the elements of the batch's messages of the round's length, checked in one read (whether a message
+        # opens is take's check): refused here, not at verification
+        at = [i for i, (_, m) in enumerate(proofs) if type(m) is bytes and len(m) == HEADER_BYTES + size]
+        passes = dict(zip(at, rangeproof.well_formed(params, [memoryview(proofs[i][1])[HEADER_BYTES:] for i in at])
+                          .tolist(), strict=True))
 
-        def take(user_id: int, message: bytes, seen: set[int]) -> bytes:
+        def take(user_id: int, message: tuple[int, bytes], seen: set[int]) -> bytes:
             if user_id not in self._challenges:
                 raise ProtocolError(f"user {user_id} sent a bound proof without an upload in round {cfg.round_id}")
             if user_id in seen or user_id in self._proofs:
                 raise ProtocolError(f"user {user_id} already sent its bound proof in round {cfg.round_id}")
-            body = bytes(opener(message))
-            rangeproof.check_message(params, 0, body)  # its elements checked now: refused here, not at verification
+            body = bytes(opener(message[1]))
+            if not passes.get(message[0], False):
+                rangeproof.check_message(params, 0, body)  # raises where the batch's read failed
             return body
 
-        users, _, bodies = sift(proofs, out, take)
+        users, _, bodies = sift([(u, (i, m)) for i, (u, m) in enumerate(proofs)], out, take)
         self._proofs.update(zip(users, bodies, strict=True))
         return out
 
@@ -1198,12 +1219,18 @@ class SecEmbServer(ServerRole):
                 raise ProtocolError(f"user {u} did not upload in round {cfg.round_id}")
         proved = sorted(set(users) & self._proofs.keys())
         challenges = [self._challenges[u] for u in proved]
-        hints = rangeproof.hints_of(params, self._bound_contexts(proved, challenges), [self._proofs[u] for u in proved])
+        contexts = self._bound_contexts(proved, challenges)
+        shares = rangeproof.parse(params, 0, [self._proofs[u] for u in proved])  # checked at intake: no error
+        hints = rangeproof.own_parts(params, shares, contexts)  # part_0, hashed once: bound_rejected verifies with it
         query = system_rng(QUERY_BYTES)
-        self._asked = (proved, query, set(users) - set(proved), hints)  # the hints: server 0's own parts
-        parts = [rangeproof.device_part(params, self._proofs[u]) for u in proved]
-        body = b"".join(U64.pack(u) + c + h + p for u, c, h, p in zip(proved, challenges, hints, parts, strict=True))
-        return frame(NAME, "bound_request", 1, cfg.round_id, query, body)
+        self._asked = _Asked(proved, query, set(users) - set(proved), challenges, contexts, shares, hints)
+        rows = np.empty((len(proved), 8 + CHALLENGE_BYTES + 2 * rangeproof.PART_BYTES), np.uint8)
+        rows[:, :8] = np.array(proved, "<u8").view(np.uint8).reshape(-1, 8)
+        rows[:, 8 : 8 + CHALLENGE_BYTES] = np.frombuffer(b"".join(challenges), np.uint8).reshape(-1, CHALLENGE_BYTES)
+        rows[:, 8 + CHALLENGE_BYTES : -rangeproof.PART_BYTES] = np.frombuffer(b"".join(hints), np.uint8).reshape(
+            -1, rangeproof.PART_BYTES)
+        rows[:, -rangeproof.PART_BYTES :] = shares.hints  # each proof's own part_1, as the device sent it
+        return frame(NAME, "bound_request", 1, cfg.round_id, query, rows.data)
 
     def bound_answer(self, request: bytes) -> bytes:
         """Server 1: its verifier messages for server 0's :meth:`bound_request` -- per user, in
@@ -1233,8 +1260,9 @@ class SecEmbServer(ServerRole):
         count = max(0, (len(request) - HEADER_BYTES - QUERY_BYTES) // entry) if isinstance(request, bytes) else 0
         body = open_message(request, NAME, "bound_request", 1, cfg.round_id, QUERY_BYTES + entry * count)
         query = bytes(body[:QUERY_BYTES])
-        rows = [bytes(body[QUERY_BYTES + entry * j : QUERY_BYTES + entry * (j + 1)]) for j in range(count)]
-        users = [U64.unpack_from(r)[0] for r in rows]
+        # the entries' fields by column: u64 user || c || part_0 || part_1
+        table = np.frombuffer(body, np.uint8, entry * count, QUERY_BYTES).reshape(count, entry)
+        users = table[:, :8].copy().view("<u8")[:, 0].tolist()
         if len(set(users)) != count:
             raise InvalidMessage("bound_request: a user is listed twice")
         for u in users:
@@ -1242,16 +1270,18 @@ class SecEmbServer(ServerRole):
                 raise ProtocolError(f"user {u} did not upload to server 1 in round {cfg.round_id}")
             if u in self._answered:
                 raise ProtocolError(f"user {u}'s bound proof was already checked in round {cfg.round_id}")
-        challenges = [r[8 : 8 + CHALLENGE_BYTES] for r in rows]
         hint_at = 8 + CHALLENGE_BYTES
-        shares = rangeproof.parse(params, 1, [self._sigmas[u] + r[hint_at : hint_at + rangeproof.PART_BYTES]
-                                              for u, r in zip(users, rows, strict=True)])
+        challenges = row_bytes(table[:, 8:hint_at])
+        sigmas = [self._sigmas[u] for u in users]
+        shares = rangeproof.parse(params, 1, [s + h for s, h in zip(sigmas, row_bytes(
+            table[:, hint_at : hint_at + rangeproof.PART_BYTES]), strict=True)])
         contexts = self._bound_contexts(users, challenges)
-        own = rangeproof.seed_parts(contexts, [self._sigmas[u] for u in users])
+        own = rangeproof.seed_parts(contexts, sigmas)
         v1 = self._verifier_messages(params, shares, users, challenges, contexts, query, parts=own)
         derived = [self._absorbed[u].challenge for u in users]  # the full layout's c_u; else None
-        unbound = [j for j, (r, part, c, d) in enumerate(zip(rows, own, challenges, derived, strict=True))
-                   if part != r[hint_at + rangeproof.PART_BYTES :] or (d is not None and not hmac.compare_digest(c, d))]
+        forwarded = row_bytes(table[:, hint_at + rangeproof.PART_BYTES :])  # each part_1 as server 0 forwarded it
+        unbound = [j for j, (fwd, part, c, d) in enumerate(zip(forwarded, own, challenges, derived, strict=True))
+                   if not hmac.compare_digest(part, fwd) or (d is not None and not hmac.compare_digest(c, d))]
         v1[unbound, : params.opened_length] = 0
         self._answered.update(users)
         self._release_sums(users)
@@ -1289,19 +1319,18 @@ class SecEmbServer(ServerRole):
         """
         cfg = self._cfg()
         params = self._bounded(0)
-        if self._asked is None:
+        asked = self._asked
+        if asked is None:
             raise ProtocolError("bound_rejected before bound_request")
-        users, query, unproved, hints = self._asked
+        users = asked.users
         body = open_message(answer, NAME, "bound_answer", 0, cfg.round_id, len(users) * params.verifier_bytes)
         v1 = rangeproof.parse_verifier_messages(params, bytes(body), len(users))
-        challenges = [self._challenges[u] for u in users]
-        shares = rangeproof.parse(params, 0, [self._proofs[u] for u in users])
-        v0 = self._verifier_messages(params, shares, users, challenges, self._bound_contexts(users, challenges), query,
-                                     parts=hints)  # part_0 hashed once, by bound_request
+        v0 = self._verifier_messages(params, asked.shares, users, asked.challenges, asked.contexts, asked.query,
+                                     parts=asked.hints)  # the request's shares and parts, parsed and hashed once
         ok = rangeproof.decide(params, v0, v1)
         self._asked = None
         self._release_sums(users)
-        return unproved | {u for u, good in zip(users, ok.tolist(), strict=True) if not good}
+        return asked.unproved | {u for u, good in zip(users, ok.tolist(), strict=True) if not good}
 
     # -- aggregation ---------------------------------------------------------------------
     def _closed(self, include: list[int] | None) -> tuple[list[int], np.ndarray, np.ndarray]:
