@@ -92,8 +92,9 @@ from secemb.randomness import SEED_BYTES
 from secemb.ring import FixedPoint
 
 __all__ = ["BOUND_RING_BITS", "CHALLENGE_BYTES", "CLIP_MARGIN", "QUERY_BYTES", "ROWS", "bound_bits", "bound_params",
-           "check_bound_ring", "clip_norm", "clip_upload", "context", "contribution", "dense_commitment", "layout_bits",
-           "multiplicity", "payload_share", "payload_sums", "projected", "projected_shares", "upload_vector"]
+           "check_bound_ring", "clip_norm", "clip_upload", "context", "contexts", "contribution", "dense_commitment",
+           "layout_bits", "multiplicity", "payload_share", "payload_sums", "projected", "projected_shares",
+           "upload_vector"]
 
 #: projections a device proves in range (lambda)
 ROWS = 40
@@ -213,7 +214,14 @@ def context(round_id: int, challenge: bytes, key_digest: bytes) -> bytes:
     """The proof's context: ``b"secemb-bound-proof" || u64 round_id || c || K`` with ``c`` the
     challenge and ``K`` the device's key digest (:func:`~secemb.protocols.secemb.checks.key_digests`:
     both servers hold it, and it differs between devices)."""
-    return _CONTEXT_DOMAIN + U64.pack(round_id) + bytes(challenge) + bytes(key_digest)
+    return contexts(round_id, [challenge], [key_digest])[0]
+
+
+def contexts(round_id: int, challenges: Sequence[bytes], key_digests: Sequence[bytes]) -> list[bytes]:
+    """:func:`context` of each device of a round, ``challenges[i]`` and ``key_digests[i]`` in order
+    (a server's batch: the head ``b"secemb-bound-proof" || u64 round_id`` made once)."""
+    head = _CONTEXT_DOMAIN + U64.pack(round_id)
+    return [head + bytes(c) + bytes(k) for c, k in zip(challenges, key_digests, strict=True)]
 
 
 def dense_commitment(round_id: int, sigma: bytes, dense1: np.ndarray) -> bytes:

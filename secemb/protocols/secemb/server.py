@@ -38,7 +38,7 @@ from secemb.protocols.secemb.bounds import (
     QUERY_BYTES,
     ROWS,
     bound_params,
-    context,
+    contexts,
     contribution,
     dense_commitment,
     payload_sums,
@@ -715,14 +715,15 @@ class SecEmbServer(ServerRole):
         return self._spilled.get(user_id)
 
     def _dense_shares(self, users: list[int]) -> list[np.ndarray]:
-        """:meth:`_dense_share` of each of absorbed ``users``, in order (a relay server 1 expands
-        their seeds as one batch).
+        """:meth:`_dense_share` of each of absorbed ``users``, in order: read back together
+        (:meth:`~secemb.protocols.spill.SpilledShares.get_many`: a batch's small shares, spilled
+        together, in one read; a relay server 1 expands their seeds as one batch instead).
 
         Raises
         ------
         OSError: the disk could not give one back.
         """
-        return [self._dense_share(u) for u in users]
+        return self._spilled.get_many(users)
 
     def _summed(self, users: list[int]) -> np.ndarray:
         """The folded part of the round's batches plus ``(-1)^b sum_u sum_i t_u[i, j] CW_u[i]``
@@ -827,14 +828,15 @@ class SecEmbServer(ServerRole):
         for this server): their users, their indices into ``items`` and their bodies; each
         refused item's error is put in its place of ``out``.  A user listed twice: the second
         is refused as one that already uploaded.  Server 0 with verified uploads: an upload
-        whose sketch proof share (:meth:`_proof_share`) holds an element not below ``p`` is
+        whose sketch proof share (:meth:`_proof_span`) holds an element not below ``p`` is
         refused (:class:`InvalidMessage`, :func:`~secemb.fss.sketchproof.check_message`'s); the
         shares of the batch's messages of the round's length are read as one buffer
         (:meth:`_proof_passes`), any other message's (if it opens) on its own."""
         cfg = self._cfg()
         opener = Opener(NAME, kind, self.party, cfg.round_id, size)
         params = sketch_params(cfg) if self.verify and self.party == 0 and kind == "upload" else None
-        passes = self._proof_passes(items, HEADER_BYTES + size, params)
+        span = self._proof_span(size) if params is not None else slice(0)
+        passes = self._proof_passes(items, HEADER_BYTES + size, span, params)
 
         def take(user_id: int, message: tuple[int, bytes], seen: set[int]) -> memoryview:
             if user_id in seen:
@@ -842,23 +844,22 @@ class SecEmbServer(ServerRole):
             self._check_upload(user_id)
             body = opener(message[1])
             if params is not None and not passes.get(message[0], False):
-                sketchproof.check_message(params, self._proof_share(body))  # raises where the batch's read failed
+                sketchproof.check_message(params, body[span])  # raises where the batch's read failed
             return body
 
         return sift([(u, (i, m)) for i, (u, m) in enumerate(items)], out, take)
 
-    def _proof_passes(self, items: list[tuple[int, bytes]], total: int,
+    def _proof_passes(self, items: list[tuple[int, bytes]], total: int, span: slice,
                       params: sketchproof.SketchParams | None) -> dict[int, bool]:
         """Server 0 with verified uploads (``params``; else empty): per index of ``items`` whose
         message is ``bytes`` of the round's ``total`` length (header and body), whether the sketch
-        proof share where :meth:`_proof_share` reads it holds field elements only, from one read of
-        all of them (whether the message opens is :meth:`_open_uploads`' check)."""
+        proof share -- at ``span`` of the body (:meth:`_proof_span`) -- holds field elements only,
+        from one read of all of them (whether the message opens is :meth:`_open_uploads`' check)."""
         if params is None:
             return {}
-        end = total - (DENSE_COMMIT_BYTES if self._bound is not None and not self.relay else 0)
-        start = end - params.proof_bytes
         at = [i for i, (_, m) in enumerate(items) if type(m) is bytes and len(m) == total]
-        ok = sketchproof.well_formed(params, [memoryview(items[i][1])[start:end] for i in at])
+        share = slice(HEADER_BYTES + span.start, HEADER_BYTES + span.stop)
+        ok = sketchproof.well_formed(params, [memoryview(items[i][1])[share] for i in at])
         return dict(zip(at, ok.tolist(), strict=True))
 
     def handle_upload(self, user_id: int, message: bytes) -> bytes | None:
@@ -894,8 +895,8 @@ class SecEmbServer(ServerRole):
         sketches = None
         if self.verify:  # server 0: the sketch proof shares; server 1 (without relay): the bindings tau
             at = rows_bytes(cfg) + cfg.dense_size * cfg.dtype.itemsize
-            sketches = ([bytes(self._proof_share(b)) for b in bodies] if self.party == 0 else
-                        [bytes(b[at : at + BIND_BYTES]) for b in bodies])
+            span = self._proof_span(size) if self.party == 0 else slice(at, at + BIND_BYTES)
+            sketches = [bytes(b[span]) for b in bodies]
         self._absorb_many(users, cws, dense, spill=spill, commits=commits, sketches=sketches)
         if self._bound is not None and self.party == 0:
             if cfg.layout == "full":  # each user's derived c_u, given out from now on
@@ -931,13 +932,13 @@ class SecEmbServer(ServerRole):
         cfg = self._cfg()
         return read_array(body, 0, cfg.dtype, (cfg.slots, cfg.width))[0], None
 
-    def _proof_share(self, body: memoryview) -> memoryview:
-        """Server 0, verified uploads: the sketch proof share in an upload body of the round's
-        length -- after the words, the dense share and (relay) the binding and tag, before
-        (bounded payloads without relay) the dense commitment."""
-        cfg = self._cfg()
-        end = len(body) - (DENSE_COMMIT_BYTES if self._bound is not None and not self.relay else 0)
-        return body[end - sketch_params(cfg).proof_bytes : end]
+    def _proof_span(self, size: int) -> slice:
+        """Server 0, verified uploads: where the sketch proof share lies in an upload body of the
+        round's length ``size`` -- after the words, the dense share and (relay) the binding and tag,
+        before (bounded payloads without relay) the dense commitment; found once a batch, not once
+        an upload."""
+        end = size - (DENSE_COMMIT_BYTES if self._bound is not None and not self.relay else 0)
+        return slice(end - sketch_params(self._cfg()).proof_bytes, end)
 
     # -- verification (verified uploads) -------------------------------------------------
     def upload_digests(self, users: list[int]) -> dict[int, bytes] | None:
@@ -1136,9 +1137,8 @@ class SecEmbServer(ServerRole):
     def _bound_contexts(self, users: list[int], challenges: list[bytes]) -> list[bytes]:
         """Each user's proof context (:func:`~secemb.protocols.secemb.bounds.context`) under its
         challenge, from its key digest ``K``."""
-        round_id = self._cfg().round_id
-        return [context(round_id, c, cast("_Sketch", self._absorbed[u].check).digest)
-                for u, c in zip(users, challenges, strict=True)]
+        return contexts(self._cfg().round_id, challenges,
+                        [cast("_Sketch", self._absorbed[u].check).digest for u in users])
 
     def _bound_projections(self, users: list[int], challenges: list[bytes]) -> np.ndarray:
         """This server's projections (ring (n, ROWS)) of absorbed ``users``' vectors ``x_b = S_b ||
