@@ -132,61 +132,17 @@ class SpilledShares:
             offset, dtype, shape, blocks = self._where[key]
             out = np.empty(shape, dtype) if blocks is None else np.zeros(shape, dtype)
             view = out.data.cast("B")
+            assert self._file is not None  # created by the put that recorded ``key``
+            self._file.seek(offset)
             parts = [view] if blocks is None else [view[lo:hi] for lo, hi in _runs(blocks)]
-            self._read(key, offset, parts)
+            for part in parts:
+                done = 0
+                while done < len(part):
+                    got = self._file.readinto(part[done:])
+                    if not got:
+                        raise OSError(f"spilled share of device {key}: the file ended early")
+                    done += got
             return out
-
-    def get_many(self, keys: list[int]) -> list[np.ndarray]:
-        """:meth:`get` of each of ``keys``, in order (new arrays): the small arrays kept one after
-        another in the file (each under :data:`_JOIN_BYTES`, as :meth:`put_many` joins them) read
-        back with one read a run of at most about :data:`_JOIN_BYTES`, not one a key; any other
-        as :meth:`get` reads it.
-
-        Raises
-        ------
-        KeyError: nothing is kept for a key of ``keys``.
-        OSError: the file could not be read, or ended early.
-        """
-        out: list[np.ndarray | None] = [None] * len(keys)
-        with self._lock:
-            where = [self._where[k] for k in keys]
-            small = sorted((w[0], i) for i, w in enumerate(where) if w[3] is None and _nbytes(w) < _JOIN_BYTES)
-            runs: list[list[int]] = []  # indices into keys, each run's arrays back to back in the file
-            end = held = 0
-            for offset, i in small:
-                size = _nbytes(where[i])
-                if not runs or offset != end or held + size > _JOIN_BYTES:
-                    runs.append([])
-                    held = 0
-                runs[-1].append(i)
-                end, held = offset + size, held + size
-            for run in runs:
-                start = where[run[0]][0]
-                buf = np.empty(sum(_nbytes(where[i]) for i in run), np.uint8)
-                self._read(keys[run[0]], start, [buf.data.cast("B")])
-                for i in run:
-                    offset, dtype, shape, _ = where[i]
-                    at = offset - start
-                    out[i] = buf[at : at + _nbytes(where[i])].view(dtype).reshape(shape)  # aligned below: copied
-        return [self.get(k) if a is None else a.copy() for k, a in zip(keys, out, strict=True)]
-
-    def _read(self, key: int, offset: int, parts: list[memoryview]) -> None:
-        """Fill ``parts`` with the file's bytes from ``offset`` on, one after another (the caller
-        holds the lock).
-
-        Raises
-        ------
-        OSError: the file could not be read, or ended early (``key``'s share named).
-        """
-        assert self._file is not None  # created by the put that recorded ``key``
-        self._file.seek(offset)
-        for part in parts:
-            done = 0
-            while done < len(part):
-                got = self._file.readinto(part[done:])
-                if not got:
-                    raise OSError(f"spilled share of device {key}: the file ended early")
-                done += got
 
     def clear(self) -> None:
         """Forget every array and give the file's space back (the file stays open)."""
@@ -204,11 +160,6 @@ class SpilledShares:
             if self._file is not None:
                 self._file.close()
                 self._file = None
-
-
-def _nbytes(where: tuple[int, np.dtype, tuple[int, ...], np.ndarray | None]) -> int:
-    """The bytes of a kept array whose record (offset, dtype, shape, blocks) is ``where``."""
-    return int(np.prod(where[2], dtype=np.int64)) * where[1].itemsize
 
 
 def _nonzero_blocks(view: memoryview) -> np.ndarray:

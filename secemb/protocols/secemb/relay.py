@@ -576,11 +576,8 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
     def _dense_shares(self, users: list[int]) -> list[np.ndarray]:
         """Server 1: the expansions of the users' dense seeds, in order, as one batch
         (:func:`relay_prgs`: one conversion call, not one a user); server 0 (no seeds): its
-        explicit shares, read back together (:meth:`SecEmbServer._dense_shares`); users of both
-        kinds (no role absorbs such a mix): each one's :meth:`_dense_share`."""
+        explicit shares, read back (:meth:`SecEmbServer._dense_shares`)."""
         seeds = [s for s in (self._absorbed[u].dense_seed for u in users) if s is not None]
-        if not seeds:
+        if not users or len(seeds) < len(users):
             return super()._dense_shares(users)
-        if len(seeds) < len(users):
-            return [self._dense_share(u) for u in users]
         return list(relay_prgs(seeds, (self._cfg().dense_size,), self._cfg().dtype))

@@ -715,15 +715,14 @@ class SecEmbServer(ServerRole):
         return self._spilled.get(user_id)
 
     def _dense_shares(self, users: list[int]) -> list[np.ndarray]:
-        """:meth:`_dense_share` of each of absorbed ``users``, in order: read back together
-        (:meth:`~secemb.protocols.spill.SpilledShares.get_many`: a batch's small shares, spilled
-        together, in one read; a relay server 1 expands their seeds as one batch instead).
+        """:meth:`_dense_share` of each of absorbed ``users``, in order (a relay server 1 expands
+        their seeds as one batch).
 
         Raises
         ------
         OSError: the disk could not give one back.
         """
-        return self._spilled.get_many(users)
+        return [self._dense_share(u) for u in users]
 
     def _summed(self, users: list[int]) -> np.ndarray:
         """The folded part of the round's batches plus ``(-1)^b sum_u sum_i t_u[i, j] CW_u[i]``
@@ -835,7 +834,7 @@ class SecEmbServer(ServerRole):
         cfg = self._cfg()
         opener = Opener(NAME, kind, self.party, cfg.round_id, size)
         params = sketch_params(cfg) if self.verify and self.party == 0 and kind == "upload" else None
-        span = self._proof_span(size) if params is not None else slice(0)
+        span = self._proof_span(size) if params is not None else slice(0)  # (read only with params)
         passes = self._proof_passes(items, HEADER_BYTES + size, span, params)
 
         def take(user_id: int, message: tuple[int, bytes], seen: set[int]) -> memoryview:
