@@ -28,17 +28,21 @@ Intrinsics (``B`` = :data:`BLOCKS` blocks in flight per call, enough to fill the
 * ``mmo_blocks(rk, src, dst)``: ``dst[i] = AES(src[i]) ^ src[i]`` for ``B`` consecutive blocks.
 * ``mmo_ctr(rk, word, j0, dst)``: ``dst[i] = MMO(word ^ (0, j0 + i))`` for ``i < B``, ``j0`` a
   multiple of ``B`` (the payload conversion's counter blocks of one leaf).
-* ``sum_keys(vals, vstride, acc, astride, rows, keys, count, per, sample)`` (``sum_keys1`` for
-  one key, ``sum_keys4`` for ``G =`` :data:`KEY_GROUP` keys): the payload conversion's both
-  sums, one chunk of :data:`SUM_BYTES` bytes of each value (ring words, uint32 or uint64 as the
-  type of ``sample`` says) at a time, for ``count`` positions ``i`` staged ``per`` words a
-  position (key ``j``'s value at ``vals + (per i + j) vstride``, the position's row index at the
-  int64 ``rows[per i]``): ``acc row += sum_j value`` (one pass over the row for the ``G``
+* ``sum_keys(vals, vstride, acc, astride, rows, keys, count, per, vectors, lanes, store, sample)``
+  (``sum_keys1`` for one key, ``sum_keys4`` for ``G =`` :data:`KEY_GROUP` keys): the payload
+  conversion's both sums over ``vectors`` (``1..``:data:`SUM_VECTORS`) vectors of
+  :data:`SUM_BITS` bits of each value (ring words, uint32 or uint64 as the type of ``sample``
+  says), the last one's first ``lanes`` lanes only (``1..`` the lanes of a vector; masked loads
+  and stores: nothing past them is read or written), for ``count`` positions ``i`` staged ``per``
+  words a position (key ``j``'s value at ``vals + (per i + j) vstride``, the position's row index
+  at the int64 ``rows[per i]``): ``acc row += sum_j value`` (one pass over the row for the ``G``
   values: row ``r`` at ``acc + r astride``) and ``key_j += value`` with each key's sum held in
   vector registers across the positions and added to its values (at the int64 address
-  ``keys[j]``) once at the end (an add, not a store of a sum loaded first: the rows and keys
-  may share memory, and each gets every increment).  Eight 256-bit vectors a key: four keys' sums fill 32 vector
-  registers (AVX-512's ``ymm0-31``; with 16, LLVM spills some to the stack).
+  ``keys[j]``) once at the end -- or, with ``store`` non-zero, written over them (a key's first
+  run of positions: nothing need zero its values first).  Added, not stored, the sums are
+  increments: the rows and keys may share memory, and each gets every one.  With AVX-512 four keys
+  of up to six 512-bit vectors each (a value of 96 uint32 or 48 uint64) are 24 of the 32
+  registers; on 16 registers, two 256-bit vectors a key.
 * ``sketch_leaves(rk, leaves, r, r2, mask, chunks, out)`` (only where :data:`IFMA`): the sketch
   check's sums ``(sum r z, sum r^2 z, sum z) mod p`` of up to :data:`SKETCH_CHUNKS` times ``B``
   leaves of one key (:func:`secemb.fss._sketch_kernels.sketch_accumulate_ifma` calls it): the
@@ -58,6 +62,7 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 import numpy as np
+import llvmlite
 from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
@@ -70,8 +75,8 @@ if TYPE_CHECKING:
     from numba.core.typing.templates import Signature
 
 __all__ = ["BLOCKS", "LANES", "round_keys", "expand8", "expand8_rows", "halftree16", "halftree16_rows",
-           "mmo_blocks", "mmo_ctr", "KEY_GROUP", "SUM_BYTES", "sum_keys1", "sum_keys4", "IFMA", "SKETCH_CHUNKS",
-           "sketch_leaves", "sketch_rows", "key_expand"]
+           "mmo_blocks", "mmo_ctr", "KEY_GROUP", "SUM_BITS", "SUM_VECTORS", "sum_keys1", "sum_keys4", "IFMA",
+           "SKETCH_CHUNKS", "sketch_leaves", "sketch_rows", "key_expand"]
 
 #: blocks encrypted per intrinsic call of :func:`mmo_blocks` / :func:`mmo_ctr`
 BLOCKS = 16
@@ -311,72 +316,138 @@ def mmo_ctr(typingctx, rk, word, j0, dst):  # noqa: ANN001, ANN201
     return _sig(4), codegen
 
 
-def _sum_keys(size: int):  # noqa: ANN202 - an intrinsic factory
-    """The ``sum_keys`` intrinsic (module docstring) for ``size`` keys staged position by position."""
-    nv = SUM_BYTES // 32  # 256-bit vectors a chunk
+#: bits of the vectors :func:`sum_keys1` / :func:`sum_keys4` add: 512 where the CPU has AVX-512
+#: (32 vector registers), else 256 (AVX2, 16; LLVM splits them where there is no AVX2)
+SUM_BITS = 512 if host_cpu_features().get("avx512f") else 256
 
-    def sum_keys(typingctx, vals, vstride, acc, astride, rows, keys, count, per, sample):  # noqa: ANN001, ANN202, PLR0913
+
+def _most_vectors(bits: int) -> int:
+    """The most vectors of each value one ``sum_keys`` call of ``bits``-bit vectors adds: four keys'
+    sums held in registers across the positions, with room for the loaded values and their sum
+    (6 x 4 of AVX-512's 32 registers; 2 x 4 of 16 otherwise)."""
+    return 6 if bits == 512 else 2
+
+
+#: the most vectors of each value one ``sum_keys`` call adds here (:func:`_most_vectors`)
+SUM_VECTORS = _most_vectors(SUM_BITS)
+#: keys :func:`sum_keys4` sums at once (staged position by position)
+KEY_GROUP = 4
+
+
+def _sum_keys(size: int, vector_bits: int = SUM_BITS):  # noqa: ANN202 - an intrinsic factory
+    """The ``sum_keys`` intrinsic (module docstring) for ``size`` keys staged position by position,
+    in vectors of ``vector_bits`` (this host's :data:`SUM_BITS`; the other width for tests): one
+    loop a vector count ``1..``:func:`_most_vectors`, picked by a switch on ``vectors`` (other
+    counts: nothing done), each keeping its keys' sums in registers (phis) across the positions;
+    the last vector's loads and stores masked to its first ``lanes`` lanes (``llvm.masked.load`` /
+    ``llvm.masked.store``: nothing past the value is read or written)."""
+    most = _most_vectors(vector_bits)
+
+    def sum_keys(typingctx, vals, vstride, acc, astride, rows, keys, count, per, vectors, lanes, store, sample):  # noqa: ANN001, ANN202, PLR0913
         def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
-            bits = sig.args[8].bitwidth
-            vec = ir.VectorType(ir.IntType(bits), 256 // bits)
-            vals_p, vstride_v, acc_p, astride_v, rows_p, keys_p, count_v, per_v = args[:8]
-            kaddr = builder.inttoptr(keys_p, _I64.as_pointer())
-            kptr = [builder.inttoptr(builder.load(builder.gep(kaddr, [_const(j)]), align=8), vec.as_pointer())
-                    for j in range(size)]
-            kgep = [[builder.gep(kptr[j], [_const(k)]) for k in range(nv)] for j in range(size)]
+            bits = sig.args[11].bitwidth
+            nl = vector_bits // bits
+            vec = ir.VectorType(ir.IntType(bits), nl)
+            pty = vec.as_pointer()
+            vals_p, vstride_v, acc_p, astride_v, rows_p, keys_p, count_v, per_v, vectors_v, lanes_v, store_v = args[:11]
             zero = ir.Constant(vec, None)  # the sums start at zero and are added at the end: key_acc may alias acc
+            # the last vector's mask: lane l kept where l < lanes
+            lane = builder.trunc(lanes_v, vec.element) if bits < 64 else lanes_v
+            undef = ir.Constant(vec, ir.Undefined)
+            splat = builder.shuffle_vector(builder.insert_element(undef, lane, _const(0)), undef,
+                                           ir.Constant(ir.VectorType(_I32, nl), [0] * nl))
+            mask = builder.icmp_unsigned("<", ir.Constant(vec, list(range(nl))), splat)
+            mty, al = mask.type, ir.Constant(_I32, 1)
+            # a pointer argument's mangling: ".p0" for LLVM's opaque pointers, ".p0v<n>i<b>" where llvmlite's IR
+            # layer prints typed ones (LLVM 15 and later remangle the latter)
+            typed = getattr(llvmlite, "ir_layer_typed_pointers_enabled", True)  # llvmlite < 0.44: typed only
+            suffix = f"v{nl}i{bits}.p0" + (f"v{nl}i{bits}" if typed else "")
+            mload = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [pty, _I32, mty, vec]),
+                                                   "llvm.masked.load." + suffix)
+            mstore = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(ir.VoidType(), [vec, pty, _I32, mty]), "llvm.masked.store." + suffix)
+
+            def load(ptr: ir.Value, k: int, last: bool) -> ir.Value:
+                at = builder.gep(ptr, [_const(k)])
+                return builder.call(mload, [at, al, mask, zero]) if last else builder.load(at, align=1)
+
+            def put(value: ir.Value, ptr: ir.Value, k: int, last: bool) -> None:
+                at = builder.gep(ptr, [_const(k)])
+                if last:
+                    builder.call(mstore, [value, at, al, mask])
+                else:
+                    builder.store(value, at, align=1)
+
+            kaddr = builder.inttoptr(keys_p, _I64.as_pointer())
+            kptr = [builder.inttoptr(builder.load(builder.gep(kaddr, [_const(j)]), align=8), pty) for j in range(size)]
             rptr = builder.inttoptr(rows_p, _I64.as_pointer())
-            pre = builder.block
-            loop, done = builder.append_basic_block("sum_keys_loop"), builder.append_basic_block("sum_keys_done")
-            builder.cbranch(builder.icmp_signed(">", count_v, _const(0)), loop, done)
-            builder.position_at_end(loop)
-            i = builder.phi(_I64)
-            i.add_incoming(_const(0), pre)
-            k_sum = [[builder.phi(vec) for _ in range(nv)] for _ in range(size)]
-            for j in range(size):
-                for k in range(nv):
-                    k_sum[j][k].add_incoming(zero, pre)
-            q0 = builder.mul(i, per_v)
-            row = builder.load(builder.gep(rptr, [q0]), align=8)
-            ap = builder.inttoptr(builder.add(acc_p, builder.mul(row, astride_v)), vec.as_pointer())
-            vps = [builder.inttoptr(builder.add(vals_p, builder.mul(builder.add(q0, _const(j)), vstride_v)),
-                                    vec.as_pointer()) for j in range(size)]
-            k_out: list[list[ir.Value]] = [[] for _ in range(size)]
-            for k in range(nv):
-                xs = [builder.load(builder.gep(vp, [_const(k)]), align=1) for vp in vps]
-                total = xs[0]
-                for x in xs[1:]:
-                    total = builder.add(total, x)
-                at = builder.gep(ap, [_const(k)])
-                builder.store(builder.add(builder.load(at, align=1), total), at, align=1)
+            setting = builder.icmp_signed("!=", store_v, _const(0))
+            exit_ = builder.append_basic_block("sum_keys_exit")
+            switch = builder.switch(vectors_v, exit_)
+            for nv in range(1, most + 1):
+                case = builder.append_basic_block(f"sum_keys_{nv}")
+                switch.add_case(_const(nv), case)
+                builder.position_at_end(case)
+                loop = builder.append_basic_block(f"sum_keys_{nv}_loop")
+                done = builder.append_basic_block(f"sum_keys_{nv}_done")
+                builder.cbranch(builder.icmp_signed(">", count_v, _const(0)), loop, done)
+                builder.position_at_end(loop)
+                i = builder.phi(_I64)
+                i.add_incoming(_const(0), case)
+                k_sum = [[builder.phi(vec) for _ in range(nv)] for _ in range(size)]
                 for j in range(size):
-                    k_out[j].append(builder.add(k_sum[j][k], xs[j]))
-            nxt = builder.add(i, _const(1))
-            end = builder.block
-            i.add_incoming(nxt, end)
-            for j in range(size):
+                    for k in range(nv):
+                        k_sum[j][k].add_incoming(zero, case)
+                q0 = builder.mul(i, per_v)
+                row = builder.load(builder.gep(rptr, [q0]), align=8)
+                ap = builder.inttoptr(builder.add(acc_p, builder.mul(row, astride_v)), pty)
+                vps = [builder.inttoptr(builder.add(vals_p, builder.mul(builder.add(q0, _const(j)), vstride_v)), pty)
+                       for j in range(size)]
+                k_out: list[list[ir.Value]] = [[] for _ in range(size)]
                 for k in range(nv):
-                    k_sum[j][k].add_incoming(k_out[j][k], end)
-            builder.cbranch(builder.icmp_signed("<", nxt, count_v), loop, done)
-            builder.position_at_end(done)
-            final = [[builder.phi(vec) for _ in range(nv)] for _ in range(size)]  # phis first in their block
-            for j in range(size):
-                for k in range(nv):
-                    final[j][k].add_incoming(zero, pre)
-                    final[j][k].add_incoming(k_out[j][k], end)
-                    builder.store(builder.add(builder.load(kgep[j][k], align=1), final[j][k]), kgep[j][k], align=1)
+                    last = k == nv - 1
+                    xs = [load(vp, k, last) for vp in vps]
+                    total = xs[0]
+                    for x in xs[1:]:
+                        total = builder.add(total, x)
+                    put(builder.add(load(ap, k, last), total), ap, k, last)
+                    for j in range(size):
+                        k_out[j].append(builder.add(k_sum[j][k], xs[j]))
+                nxt = builder.add(i, _const(1))
+                end = builder.block
+                i.add_incoming(nxt, end)
+                for j in range(size):
+                    for k in range(nv):
+                        k_sum[j][k].add_incoming(k_out[j][k], end)
+                builder.cbranch(builder.icmp_signed("<", nxt, count_v), loop, done)
+                builder.position_at_end(done)
+                final = [[builder.phi(vec) for _ in range(nv)] for _ in range(size)]  # phis first in their block
+                for j in range(size):
+                    for k in range(nv):
+                        final[j][k].add_incoming(zero, case)
+                        final[j][k].add_incoming(k_out[j][k], end)
+                set_ = builder.append_basic_block(f"sum_keys_{nv}_set")
+                add = builder.append_basic_block(f"sum_keys_{nv}_add")
+                builder.cbranch(setting, set_, add)
+                builder.position_at_end(set_)
+                for j in range(size):
+                    for k in range(nv):
+                        put(final[j][k], kptr[j], k, k == nv - 1)
+                builder.branch(exit_)
+                builder.position_at_end(add)
+                for j in range(size):
+                    for k in range(nv):
+                        put(builder.add(load(kptr[j], k, k == nv - 1), final[j][k]), kptr[j], k, k == nv - 1)
+                builder.branch(exit_)
+            builder.position_at_end(exit_)
 
-        return types.void(*([types.int64] * 8), sample), codegen
+        return types.void(*([types.int64] * 11), sample), codegen
 
-    sum_keys.__name__ = sum_keys.__qualname__ = f"sum_keys{size}"  # distinct symbols for the two intrinsics
+    sum_keys.__name__ = sum_keys.__qualname__ = f"sum_keys{size}_{vector_bits}"  # distinct symbols for each
     sum_keys.__doc__ = f"``sum_keys`` (module docstring) for {size} key(s) staged position by position."
     return intrinsic(sum_keys)
 
 
-#: keys :func:`sum_keys4` sums at once (staged position by position)
-KEY_GROUP = 4
-#: bytes of each value a ``sum_keys`` call adds: eight 256-bit vectors (64 uint32 or 32 uint64)
-SUM_BYTES = 256
 sum_keys1 = _sum_keys(1)
 sum_keys4 = _sum_keys(KEY_GROUP)
 

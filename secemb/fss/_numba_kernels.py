@@ -15,8 +15,8 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from secemb.fss import _kernel_cache  # noqa: F401 - first: the kernels' cache also covers _aesni's intrinsics
-from secemb.fss._aesni import (BLOCKS, KEY_GROUP, SUM_BYTES, expand8, expand8_rows, halftree16, halftree16_rows,
-                               mmo_blocks, mmo_ctr, sum_keys1, sum_keys4)
+from secemb.fss._aesni import (BLOCKS, KEY_GROUP, SUM_BITS, SUM_VECTORS, expand8, expand8_rows, halftree16,
+                               halftree16_rows, mmo_blocks, mmo_ctr, sum_keys1, sum_keys4)
 
 __all__ = [
     "bgi_corrections", "parse_path_fields", "expand_top", "subtrees", "convert_blocks", "convert_eval", "convert_add",
@@ -360,11 +360,13 @@ def convert_accumulate(words, nb, rk, acc, start, live, key_acc, key_t, period, 
     ``key_t`` int64 (U, G) (or (0, 0): not counted): ``key_t[k // G, k % G] += words[i, 0] & 1``
     for the same live words, each key's count of control bits 1.  ``fresh``: the keys whose first
     position is among the words (``start + i`` a multiple of ``period``) have their ``key_acc``
-    values and ``key_t`` count set to these sums, not added to (cleared first, in key order, each
-    key's values through a C-contiguous view: calls that cover every key's positions need no
-    zeroed arrays, and the keys they clear are in the cache when their sums come); a key cut at
-    ``start`` is added to.  Scratch as in :func:`convert_eval`, and ``staged`` uint64 (S, 2) for
-    the live words of a step.
+    values and ``key_t`` count set to these sums, not added to (calls that cover every key's
+    positions need no zeroed arrays: :func:`_both_by_class` writes a key's first sums over its
+    values, the other paths clear the keys first, in key order, each key's values through a
+    C-contiguous view); a key cut at ``start`` is added to.  With ``fresh``, ``key_acc`` must
+    not share memory with ``acc`` (the sums written over a key's values would drop the row sums
+    added there before; memory-safe either way).  Scratch as in :func:`convert_eval`, and
+    ``staged`` uint64 (S, 2) for the live words of a step.
 
     The words are taken in order, but summing by row, with ``M`` a multiple of ``period`` and
     keys ``k`` and ``k + M / period`` among them (they add to the same rows), in class order:
@@ -372,18 +374,18 @@ def convert_accumulate(words, nb, rk, acc, start, live, key_acc, key_t, period, 
     ``w`` values are contiguous.  Ring sums do not depend on the order of their terms."""
     n = words.shape[0]
     big_m = live.shape[0]
-    if fresh and n > 0 and key_acc.shape[0] * key_acc.shape[1] > 0:  # the keys that start among the words, in order
-        count_t = key_t.shape[0] * key_t.shape[1] > 0
-        for key in range((start + period - 1) // period, (start + n - 1) // period + 1):
-            _clear_key(key_acc, key_t, key, key_acc.shape[1], count_t)
     by_class = acc.shape[0] > 0 and big_m % period == 0 and n > 0 and (
         (start + n - 1) // period - start // period >= big_m // period)
     if by_class and key_acc.shape[0] * key_acc.shape[1] == 0:
         _rows_by_class(words, nb, rk, acc, start, live, period, blocks, vals, staged)
         return
     if by_class and acc.strides[1] == acc.itemsize:
-        _both_by_class(words, nb, rk, acc, start, live, key_acc, key_t, period, blocks, vals, staged)
+        _both_by_class(words, nb, rk, acc, start, live, key_acc, key_t, period, fresh, blocks, vals, staged)
         return
+    if fresh and n > 0 and key_acc.shape[0] * key_acc.shape[1] > 0:  # the keys that start among the words, in order
+        count_t = key_t.shape[0] * key_t.shape[1] > 0
+        for key in range((start + period - 1) // period, (start + n - 1) // period + 1):
+            _clear_key(key_acc, key_t, key, key_acc.shape[1], count_t)
     by_row, by_key = acc.shape[0] > 0, key_acc.shape[0] * key_acc.shape[1] > 0
     w = acc.shape[1] if by_row else key_acc.shape[2]
     g = max(1, key_acc.shape[1])  # keys per row of key_acc
@@ -497,22 +499,36 @@ def _rows_by_class(words, nb, rk, acc, start, live, period, blocks, vals, staged
 
 
 @njit(cache=True, nogil=True)
-def _both_by_class(words, nb, rk, acc, start, live, key_acc, key_t, period, blocks, vals, staged):  # noqa: ANN001, ANN202, PLR0913
+def _both_by_class(words, nb, rk, acc, start, live, key_acc, key_t, period, fresh, blocks, vals, staged):  # noqa: ANN001, ANN202, PLR0913
     """:func:`convert_accumulate`'s both sums (``key_t`` counted where it has keys) in
     :func:`_rows_by_class`'s order: :data:`GROUP` whole keys of a class position by position, so
     that each row gets the group's sum in one pass and each key's sum stays in vector registers
     across its positions (:func:`secemb.fss._aesni.sum_keys4`; a cut or lone key through
-    ``sum_keys1``), added to its values in ``key_acc`` once a step.  A step is converted before a
-    position's ``G`` words would not fit in it, so that a step holds whole positions: its
-    segments (a group's run of positions in the step: first staged word, positions, keys, first
-    key) go to :func:`_add_segments`.  Each row's ``w`` values contiguous."""
+    ``sum_keys1``), written to (a ``fresh`` key's first run of positions) or added to its values
+    in ``key_acc`` once a step: no pass zeroes the keys first (a group with no live position
+    zeroes its own).  A step is converted before a position's ``G`` words would not fit in it, so
+    that a step holds whole positions: its segments (a group's run of positions in the step: first
+    staged word, positions, keys, whether the sums are written, the keys' addresses) go to
+    :func:`_add_segments`.  A group's control bits are counted in locals and written to (fresh) or
+    added to ``key_t`` once, and its keys' places come from one division a group.  Each row's
+    ``w`` values contiguous.
+
+    Session 32, a server's two bounded-walk calls at ML-100K size (20 devices, 2 x 50,000 live
+    leaves of 65 uint32; captured from ``secemb bench robust``), thread CPU, alternating with the
+    rows-only sums under load: both sums cost +1.10 ms over the rows alone with session 31's kernel
+    (eight 256-bit vectors with spills and a scalar loop for the 65th word, the counts a divide and
+    add a word, a clearing pass), +0.28 ms with this one."""
     n, big_m, step = words.shape[0], live.shape[0], blocks.shape[0]
     g = key_acc.shape[1]
     count_t = key_t.shape[0] * key_t.shape[1] > 0
     stage = np.empty((3, BLOCKS, 2), np.uint64)
     rows = np.empty(step, np.int64)
-    segs = np.empty((step, 4), np.int64)  # (first staged word, positions, keys, first key) a segment
-    key_at = np.empty(GROUP, np.int64)  # the sum_keys call's key addresses
+    segs = np.empty((step, 4 + GROUP), np.int64)  # a segment's first staged word, positions, keys, set, addresses
+    plan = _sum_plan(key_acc.shape[2], vals.itemsize)
+    key_at = np.empty(GROUP, np.int64)  # a sum_keys call's key addresses
+    at_u, at_c = np.empty(GROUP, np.int64), np.empty(GROUP, np.int64)  # the group's keys' [k // g, k % g]
+    ones = np.empty(GROUP, np.int64)  # the group's counts of control bits 1
+    kp, ku, kc = np.int64(key_acc.ctypes.data), np.int64(key_acc.strides[0]), np.int64(key_acc.strides[1])
     first, last = start // period, (start + n - 1) // period  # the words' keys
     spread = big_m // period
     c = nseg = 0
@@ -520,70 +536,95 @@ def _both_by_class(words, nb, rk, acc, start, live, key_acc, key_t, period, bloc
         key = first + cls
         while key <= last:
             size, lo, hi, row = _group_at(key, last, spread, period, start, n, big_m)
+            setting = fresh and key * period >= start  # its keys start among the words (whole, or cut at the end)
+            u, col = key // g, key % g
+            for j in range(size):  # key + j spread, one class apart
+                at_u[j], at_c[j], ones[j] = u, col, 0
+                col += spread
+                while col >= g:
+                    u, col = u + 1, col - g
             seg = -1  # this group's segment in the step, none yet
+            written = False  # whether a segment of the group has been made (the first sets the sums)
             for i in range(lo - start, hi - start):
                 if live[row]:
                     if c + size > step:
                         _convert_blocks(staged[:c], nb, rk, blocks[:c], stage)
-                        _add_segments(acc, key_acc, g, spread, rows, vals, segs[:nseg], key_at)
+                        _add_segments(acc, rows, vals, segs[:nseg], plan, key_at)
                         c = nseg = 0
                         seg = -1
                     if seg < 0:
                         seg, nseg = nseg, nseg + 1
-                        segs[seg, 0], segs[seg, 1], segs[seg, 2], segs[seg, 3] = c, 0, size, key
+                        segs[seg, 0], segs[seg, 1], segs[seg, 2] = c, 0, size
+                        segs[seg, 3] = 1 if setting and not written else 0
+                        for j in range(size):
+                            segs[seg, 4 + j] = kp + at_u[j] * ku + at_c[j] * kc
+                        written = True
                     segs[seg, 1] += 1
                     for j in range(size):  # the same position of the group's keys
                         at = i + j * spread * period
                         if count_t:
-                            k = key + j * spread
-                            key_t[k // g, k % g] += np.int64(words[at, 0] & np.uint64(1))
+                            ones[j] += np.int64(words[at, 0] & np.uint64(1))
                         staged[c, 0] = words[at, 0]
                         staged[c, 1] = words[at, 1]
                         rows[c] = row
                         c += 1
                 row += 1
+            if setting and not written:  # no live position: the keys' sums are zero
+                for j in range(size):
+                    key_acc[at_u[j], at_c[j]] = 0
+            if count_t:
+                for j in range(size):
+                    if setting:
+                        key_t[at_u[j], at_c[j]] = ones[j]
+                    else:
+                        key_t[at_u[j], at_c[j]] += ones[j]
             key += size * spread
     if c > 0:
         _convert_blocks(staged[:c], nb, rk, blocks[:c], stage)
-        _add_segments(acc, key_acc, g, spread, rows, vals, segs[:nseg], key_at)
+        _add_segments(acc, rows, vals, segs[:nseg], plan, key_at)
 
 
 @njit(inline="always")
-def _add_segments(acc, key_acc, g, spread, rows, vals, segs, key_at):  # noqa: ANN001, ANN202, PLR0913
-    """A step's both sums, segment by segment (:func:`_both_by_class`): ``sum_keys`` over the
-    values' whole :data:`~secemb.fss._aesni.SUM_BYTES` chunks, then the last ``w`` mod chunk
-    values of each key in a loop (one for w = 65 uint32 values)."""
-    w, size = acc.shape[1], vals.itemsize
-    per = SUM_BYTES // size  # values a chunk
-    whole = w - w % per
+def _sum_plan(w, size):  # noqa: ANN001, ANN202
+    """The ``sum_keys`` calls that cover a value of ``w`` ring words of ``size`` bytes, as few as
+    :data:`~secemb.fss._aesni.SUM_VECTORS` vectors a call allow, their vectors spread evenly: int64
+    (calls, 3) of (first word, vectors, lanes of the last vector) -- for w = 65 uint32 with AVX-512,
+    one call of five vectors, the last one word."""
+    lanes = SUM_BITS // (8 * size)
+    left = -(-w // lanes)  # vectors
+    calls = -(-left // SUM_VECTORS)
+    plan = np.empty((calls, 3), np.int64)
+    e0 = 0
+    for p in range(calls):
+        nv = -(-left // (calls - p))
+        plan[p, 0], plan[p, 1], plan[p, 2] = e0, nv, min(lanes, w - e0 - (nv - 1) * lanes)
+        e0 += (nv - 1) * lanes + plan[p, 2]
+        left -= nv
+    return plan
+
+
+@njit(inline="always")
+def _add_segments(acc, rows, vals, segs, plan, key_at):  # noqa: ANN001, ANN202, PLR0913
+    """A step's both sums, segment by segment (:func:`_both_by_class`): the ``sum_keys`` calls of
+    ``plan`` (:func:`_sum_plan`) over each segment's positions, its keys' sums written (``segs[s,
+    3]``) or added at their addresses ``segs[s, 4:]`` (offset to each call's first word)."""
+    size = vals.itemsize
     vp, vstride = np.int64(vals.ctypes.data), np.int64(vals.strides[0])
     ap, astride = np.int64(acc.ctypes.data), np.int64(acc.strides[0])
     rp, kp = np.int64(rows.ctypes.data), np.int64(key_at.ctypes.data)
     for s in range(segs.shape[0]):
-        q, npos, keys, k0 = segs[s, 0], segs[s, 1], segs[s, 2], segs[s, 3]
-        for e0 in range(0, whole, per):
-            off = e0 * size
+        q, npos, keys, setting = segs[s, 0], segs[s, 1], segs[s, 2], segs[s, 3]
+        for p in range(plan.shape[0]):
+            off, nv, lanes = plan[p, 0] * size, plan[p, 1], plan[p, 2]
+            for j in range(keys):
+                key_at[j] = segs[s, 4 + j] + off
             if keys == GROUP:
-                for j in range(keys):
-                    k = k0 + j * spread
-                    key_at[j] = np.int64(key_acc[k // g, k % g].ctypes.data) + off
-                sum_keys4(vp + q * vstride + off, vstride, ap + off, astride, rp + 8 * q, kp, npos, keys, vals[0, 0])
+                sum_keys4(vp + q * vstride + off, vstride, ap + off, astride, rp + 8 * q, kp, npos, keys, nv, lanes,
+                          setting, vals[0, 0])
             else:
                 for j in range(keys):
-                    k = k0 + j * spread
-                    key_at[0] = np.int64(key_acc[k // g, k % g].ctypes.data) + off
-                    sum_keys1(vp + (q + j) * vstride + off, vstride, ap + off, astride, rp + 8 * q, kp, npos,
-                              keys, vals[0, 0])
-        for j in range(keys):
-            k = k0 + j * spread
-            kept = key_acc[k // g, k % g]
-            for e in range(whole, w):
-                total = vals[q + j, e] - vals[q + j, e]  # zero of the ring; added at the end, as in sum_keys
-                for i in range(q + j, q + npos * keys, keys):
-                    x = vals[i, e]
-                    acc[rows[i], e] += x
-                    total += x
-                kept[e] += total
+                    sum_keys1(vp + (q + j) * vstride + off, vstride, ap + off, astride, rp + 8 * q, kp + 8 * j, npos,
+                              keys, nv, lanes, setting, vals[0, 0])
 
 
 @njit(inline="always")
@@ -617,7 +658,8 @@ def _add_held(key_acc, key, g, held):  # noqa: ANN001, ANN202
 @njit(inline="always")
 def _clear_key(key_acc, key_t, key, g, count_t):  # noqa: ANN001, ANN202
     """Zero ``key``'s values in ``key_acc`` (through a C-contiguous view, as :func:`_add_held`)
-    and, with ``count_t``, its count in ``key_t``: :func:`convert_accumulate`'s ``fresh``."""
+    and, with ``count_t``, its count in ``key_t``: :func:`convert_accumulate`'s ``fresh`` on its
+    word-order paths."""
     kept = carray(_at(np.int64(key_acc[key // g, key % g].ctypes.data)), key_acc.shape[2], key_acc.dtype)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
     kept[:] = 0
     if count_t:

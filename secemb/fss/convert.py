@@ -289,14 +289,17 @@ def convert_accumulate(words: np.ndarray, tag: str, acc: np.ndarray | None, star
     fresh: the keys whose first position is among the words (``start + i`` a multiple of
         ``period``) have their ``key_acc`` values and ``key_t`` count set to these words' sums,
         not added to (keys cut at ``start`` are added to): calls that cover every key's positions
-        in order sum into arrays that were not zeroed.  No effect without ``key_acc``.
+        in order sum into arrays that were not zeroed.  No effect without ``key_acc``; with it,
+        ``acc``, ``key_acc`` and ``key_t`` must not overlap (a set value is no increment: the
+        compiled kernel writes a key's first sums over its values).
 
     Raises
     ------
     InvalidParameters: arguments outside this contract -- among them an ``acc``/``key_acc`` that is
         no ring (native uint32 or uint64: the compiled kernel adds ring words into whatever it is
-        given), a ``live`` that is not bool (the backends read other values differently), or no
-        rows (``M = 0``): refused before anything is summed (findings S28-E2, S28-E3).
+        given), a ``live`` that is not bool (the backends read other values differently), no
+        rows (``M = 0``), or ``fresh`` sums into arrays whose memory may overlap: refused before
+        anything is summed (findings S28-E2, S28-E3).
     """
     out = acc if acc is not None else key_acc
     if out is None or (acc is None and live is None) or period < 1 or start < 0 or words.ndim != 2 or (
@@ -323,6 +326,11 @@ def convert_accumulate(words: np.ndarray, tag: str, acc: np.ndarray | None, star
     t_by_key = None if key_t is None else key_t.reshape(1, -1) if key_t.ndim == 1 else key_t
     if t_by_key is not None and (by_key is None or t_by_key.dtype != np.int64 or t_by_key.shape != by_key.shape[:2]):
         raise InvalidParameters(f"key_t must be int64 of key_acc's keys' shape, got {t_by_key.dtype} {t_by_key.shape}")
+    if fresh and by_key is not None and any(
+            a is not None and b is not None and np.may_share_memory(a, b)
+            for a, b in ((acc, by_key), (acc, t_by_key), (by_key, t_by_key))):
+        raise InvalidParameters("convert_accumulate with fresh sets the key sums: acc, key_acc and key_t must not "
+                                "overlap")
     if kernels.compiled():
         from secemb.fss._aesni import round_keys
         from secemb.fss._numba_kernels import convert_accumulate as fused

@@ -1,12 +1,13 @@
 """``convert_accumulate``'s both sums in class order through the ``sum_keys`` intrinsics (issue 34,
 session 28): four whole keys of a class position by position, each row's sum of the four values
-added in one pass and each key's sum held in vector registers across its positions, a chunk of
-:data:`~secemb.fss._aesni.SUM_BYTES` bytes of the values a call and the rest of each value in a
-loop.  Both backends against per-word Python sums of :func:`convert`'s values (the specification,
-not the kernel), on the shapes where the chunks and groups could go wrong: widths of exactly one
-chunk (64 uint32, 32 uint64), two chunks and one value left (129 uint32, 65 uint64), no whole chunk
-(20 values), groups of two and three keys (six and seven keys a class), cut first and last keys,
-steps that end inside a key, and a row-strided ``acc`` (the word-order path)."""
+added in one pass and each key's sum held in vector registers across its positions.  Since session
+32 a call adds up to :data:`~secemb.fss._aesni.SUM_VECTORS` vectors of each value, the last one
+masked to the value's end (``_sum_plan``; the widths around those sizes: ``test_s32_masked_sums``).
+Both backends against per-word Python sums of :func:`convert`'s values (the specification, not the
+kernel), on the shapes where the calls and groups could go wrong: widths of whole vectors (64
+uint32, 32 uint64), two calls and one value left in the last (129 uint32, 65 uint64), fewer than
+a call's vectors (20 values), groups of two and three keys (six and seven keys a class), cut first
+and last keys, steps that end inside a key, and a row-strided ``acc`` (the word-order path)."""
 
 from __future__ import annotations
 
