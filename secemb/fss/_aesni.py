@@ -48,6 +48,9 @@ Intrinsics (``B`` = :data:`BLOCKS` blocks in flight per call, enough to fill the
   leaves of one key (:func:`secemb.fss._sketch_kernels.sketch_accumulate_ifma` calls it): the
   keyed MMO blocks two a 256-bit vector (VAES), the F_p products four leaves a vector as 52-bit
   limb multiply-adds (AVX-512 IFMA), summed unreduced in vector registers (its docstring).
+* ``sketch_rows(rk, leaves, r, r2, chunks, keys, out)`` (only where :data:`IFMA`):
+  ``sketch_leaves`` of ``keys`` consecutive runs of leaves with the same coefficients under one
+  schedule, each run's sums to its own slot (a device's short keys, one row a key).
 * ``key_expand(key, out)``: the AES-128 key schedule of a 16-byte key (any key: the fixed keys'
   :func:`round_keys` and the sketch's per-device keys).
 """
@@ -73,7 +76,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BLOCKS", "LANES", "round_keys", "expand8", "expand8_rows", "halftree16", "halftree16_rows",
            "mmo_blocks", "mmo_ctr", "KEY_GROUP", "SUM_BITS", "SUM_VECTORS", "sum_keys1", "sum_keys4", "IFMA",
-           "SKETCH_CHUNKS", "sketch_leaves", "key_expand"]
+           "SKETCH_CHUNKS", "sketch_leaves", "sketch_rows", "key_expand"]
 
 #: blocks encrypted per intrinsic call of :func:`mmo_blocks` / :func:`mmo_ctr`
 BLOCKS = 16
@@ -488,6 +491,63 @@ def _canonical(builder: ir.IRBuilder, x: ir.Value) -> ir.Value:
     return builder.select(builder.icmp_unsigned("<", x, y), x, y)
 
 
+def _sketch_sums(builder: ir.IRBuilder, rks: list[ir.Value], masks: list[ir.Value], lp0: ir.Value, rp0: ir.Value,
+                 r2p0: ir.Value, count: ir.Value) -> ir.Value:
+    """:func:`sketch_leaves`' loop over ``count`` chunks of leaves at ``lp0`` with coefficients at
+    ``rp0``, ``r2p0`` under the loaded schedule ``rks`` and lane ``masks``: its sums ``[A, B, C, 0]``
+    mod ``p`` in ``[0, p)`` as a vector (the builder left after the loop)."""
+    zero = ir.Constant(_VEC, None)
+    pre = builder.block
+    loop, done = builder.append_basic_block("sketch_loop"), builder.append_basic_block("sketch_done")
+    builder.branch(loop)
+    builder.position_at_end(loop)
+    i = builder.phi(_I64)
+    i.add_incoming(_const(0), pre)
+    # two sets of (A_0, A_52, A_104, B_0, B_52, B_104), then C_0, C_52
+    accs = [builder.phi(_VEC) for _ in range(14)]
+    for acc in accs:
+        acc.add_incoming(zero, pre)
+    lp = _vptr(builder, builder.add(lp0, builder.mul(i, _const(16 * BLOCKS))))
+    cps = [_vptr(builder, builder.add(c, builder.mul(i, _const(8 * BLOCKS)))) for c in (rp0, r2p0)]
+    xs = [_load(builder, lp, v) for v in range(BLOCKS // LANES)]
+    ys = [builder.xor(y, x) for y, x in zip(_encrypt(builder, [(rks, x) for x in xs]), xs, strict=True)]
+    new: list[ir.Value] = list(accs)
+    for g in range(BLOCKS // 4):
+        lo = _shuffle(builder, ys[2 * g], ys[2 * g + 1], [0, 2, 4, 6])
+        hi = _shuffle(builder, ys[2 * g], ys[2 * g + 1], [1, 3, 5, 7])
+        mid = builder.or_(builder.shl(hi, _splat(3)), builder.lshr(lo, _splat(61)))
+        z = builder.add(builder.add(builder.lshr(hi, _splat(58)), builder.and_(mid, _splat(_P))),
+                        builder.and_(lo, _splat(_P)))
+        z = builder.and_(z, masks[g])
+        z1 = builder.lshr(z, _splat(52))
+        for k, cp in ((6 * (g % 2), cps[0]), (6 * (g % 2) + 3, cps[1])):
+            a = _load(builder, cp, g)
+            a1 = builder.lshr(a, _splat(52))
+            new[k] = _madd52(builder, "l", new[k], a, z)
+            new[k + 1] = _madd52(builder, "h", new[k + 1], a, z)
+            new[k + 1] = _madd52(builder, "l", new[k + 1], a, z1)
+            new[k + 1] = _madd52(builder, "l", new[k + 1], a1, z)
+            new[k + 2] = _madd52(builder, "h", new[k + 2], a, z1)
+            new[k + 2] = _madd52(builder, "h", new[k + 2], a1, z)
+            new[k + 2] = _madd52(builder, "l", new[k + 2], a1, z1)
+        new[12] = builder.add(new[12], builder.and_(z, _splat(_M52)))
+        new[13] = builder.add(new[13], z1)
+    nxt = builder.add(i, _const(1))
+    end = builder.block
+    i.add_incoming(nxt, end)
+    for acc, v in zip(accs, new, strict=True):
+        acc.add_incoming(v, end)
+    builder.cbranch(builder.icmp_signed("<", nxt, count), loop, done)
+    builder.position_at_end(done)
+    a0, a52, a104, b0, b52, b104 = (builder.add(new[k], new[k + 6]) for k in range(6))
+    w0 = _lane_sums(builder, [a0, b0, new[12], zero])  # [A_0, B_0, C_0, 0], exact
+    w52 = _lane_sums(builder, [a52, b52, new[13], zero])
+    w104 = _lane_sums(builder, [a104, b104, zero, zero])
+    t = builder.add(builder.add(_times_pow2(builder, w0, 0), _times_pow2(builder, w52, 52)),
+                    _times_pow2(builder, w104, 43))  # below 3 2^61 + 2^56
+    return _canonical(builder, _times_pow2(builder, t, 0))
+
+
 @intrinsic
 def sketch_leaves(typingctx, rk, leaves, r, r2, mask, chunks, out):  # noqa: ANN001, ANN201, PLR0913
     """The sketch of ``chunks`` (1 to :data:`SKETCH_CHUNKS`) times :data:`BLOCKS` leaf words
@@ -511,61 +571,42 @@ def sketch_leaves(typingctx, rk, leaves, r, r2, mask, chunks, out):  # noqa: ANN
     applied as rotations (``2^104 = 2^43 mod p``) and the sums reduced, in vector registers."""
 
     def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
-        rks = _schedule(builder, args[0])
-        lp0, rp0, r2p0, count = args[1], args[2], args[3], args[5]
         masks = [_load(builder, _vptr(builder, args[4]), g) for g in range(BLOCKS // 4)]
-        zero = ir.Constant(_VEC, None)
-        pre = builder.block
-        loop, done = builder.append_basic_block("sketch_loop"), builder.append_basic_block("sketch_done")
-        builder.branch(loop)
-        builder.position_at_end(loop)
-        i = builder.phi(_I64)
-        i.add_incoming(_const(0), pre)
-        # two sets of (A_0, A_52, A_104, B_0, B_52, B_104), then C_0, C_52
-        accs = [builder.phi(_VEC) for _ in range(14)]
-        for acc in accs:
-            acc.add_incoming(zero, pre)
-        lp = _vptr(builder, builder.add(lp0, builder.mul(i, _const(16 * BLOCKS))))
-        cps = [_vptr(builder, builder.add(c, builder.mul(i, _const(8 * BLOCKS)))) for c in (rp0, r2p0)]
-        xs = [_load(builder, lp, v) for v in range(BLOCKS // LANES)]
-        ys = [builder.xor(y, x) for y, x in zip(_encrypt(builder, [(rks, x) for x in xs]), xs, strict=True)]
-        new: list[ir.Value] = list(accs)
-        for g in range(BLOCKS // 4):
-            lo = _shuffle(builder, ys[2 * g], ys[2 * g + 1], [0, 2, 4, 6])
-            hi = _shuffle(builder, ys[2 * g], ys[2 * g + 1], [1, 3, 5, 7])
-            mid = builder.or_(builder.shl(hi, _splat(3)), builder.lshr(lo, _splat(61)))
-            z = builder.add(builder.add(builder.lshr(hi, _splat(58)), builder.and_(mid, _splat(_P))),
-                            builder.and_(lo, _splat(_P)))
-            z = builder.and_(z, masks[g])
-            z1 = builder.lshr(z, _splat(52))
-            for k, cp in ((6 * (g % 2), cps[0]), (6 * (g % 2) + 3, cps[1])):
-                a = _load(builder, cp, g)
-                a1 = builder.lshr(a, _splat(52))
-                new[k] = _madd52(builder, "l", new[k], a, z)
-                new[k + 1] = _madd52(builder, "h", new[k + 1], a, z)
-                new[k + 1] = _madd52(builder, "l", new[k + 1], a, z1)
-                new[k + 1] = _madd52(builder, "l", new[k + 1], a1, z)
-                new[k + 2] = _madd52(builder, "h", new[k + 2], a, z1)
-                new[k + 2] = _madd52(builder, "h", new[k + 2], a1, z)
-                new[k + 2] = _madd52(builder, "l", new[k + 2], a1, z1)
-            new[12] = builder.add(new[12], builder.and_(z, _splat(_M52)))
-            new[13] = builder.add(new[13], z1)
-        nxt = builder.add(i, _const(1))
-        end = builder.block
-        i.add_incoming(nxt, end)
-        for acc, v in zip(accs, new, strict=True):
-            acc.add_incoming(v, end)
-        builder.cbranch(builder.icmp_signed("<", nxt, count), loop, done)
-        builder.position_at_end(done)
-        a0, a52, a104, b0, b52, b104 = (builder.add(new[k], new[k + 6]) for k in range(6))
-        w0 = _lane_sums(builder, [a0, b0, new[12], zero])  # [A_0, B_0, C_0, 0], exact
-        w52 = _lane_sums(builder, [a52, b52, new[13], zero])
-        w104 = _lane_sums(builder, [a104, b104, zero, zero])
-        t = builder.add(builder.add(_times_pow2(builder, w0, 0), _times_pow2(builder, w52, 52)),
-                        _times_pow2(builder, w104, 43))  # below 3 2^61 + 2^56
-        _store(builder, _canonical(builder, _times_pow2(builder, t, 0)), _vptr(builder, args[6]), 0)
+        sums = _sketch_sums(builder, _schedule(builder, args[0]), masks, args[1], args[2], args[3], args[5])
+        _store(builder, sums, _vptr(builder, args[6]), 0)
 
     return types.void(*([types.uintp] * 5), types.int64, types.uintp), codegen
+
+
+@intrinsic
+def sketch_rows(typingctx, rk, leaves, r, r2, chunks, keys, out):  # noqa: ANN001, ANN201, PLR0913
+    """:func:`sketch_leaves` of ``keys`` runs of ``chunks`` (1 to :data:`SKETCH_CHUNKS`) times
+    :data:`BLOCKS` leaves each, one after another at ``leaves`` (uint64 (keys chunks B, 2)), every
+    run with the same coefficients ``r``, ``r2`` (uint64 (chunks B,)), no lane masked, under one
+    schedule ``rk`` (only where :data:`IFMA`): run ``j``'s sums ``[A, B, C, 0]`` mod ``p`` to
+    ``out[4 j : 4 j + 4]`` (uint64 (4 keys,)).  The keys of one device whose leaves fill whole rows
+    of a walk's group (a short key: its positions all in one row) in one call, the schedule loaded
+    once."""
+
+    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
+        rks = _schedule(builder, args[0])
+        every = [_splat((1 << 64) - 1)] * (BLOCKS // 4)
+        chunks, keys = args[4], args[5]
+        pre = builder.block
+        head, done = builder.append_basic_block("rows_head"), builder.append_basic_block("rows_done")
+        builder.cbranch(builder.icmp_signed(">", keys, _const(0)), head, done)
+        builder.position_at_end(head)
+        j = builder.phi(_I64)
+        j.add_incoming(_const(0), pre)
+        lp = builder.add(args[1], builder.mul(j, builder.mul(chunks, _const(16 * BLOCKS))))
+        sums = _sketch_sums(builder, rks, every, lp, args[2], args[3], chunks)
+        builder.store(sums, builder.gep(_vptr(builder, args[6]), [j]), align=1)
+        nxt = builder.add(j, _const(1))
+        j.add_incoming(nxt, builder.block)
+        builder.cbranch(builder.icmp_signed("<", nxt, keys), head, done)
+        builder.position_at_end(done)
+
+    return types.void(*([types.uintp] * 4), types.int64, types.int64, types.uintp), codegen
 
 
 @intrinsic

@@ -13,7 +13,13 @@ session 28's captured ML-100K round it ran below the point-function check's cost
 a server, 0.93-0.96x ``check_accumulate``, the scalar loop 1.46-1.49x; on the full layout's
 shape 0.80-0.89x, the scalar loop 1.22-1.49x; alternating runs, session 29, helper A, under
 load).  A 512-bit variant, fresh partial sums a group and a 43-bit split of ``z`` (six
-multiply-adds a product, the coefficients' high limbs precomputed) ran no faster.  The scalar
+multiply-adds a product, the coefficients' high limbs precomputed) ran no faster.  Where a
+group's rows are whole keys of whole chunks (``frontier`` 1, the cuckoo layout's 32-leaf
+buckets), :func:`_sketch_short_keys` hands each device's keys to one
+:func:`secemb.fss._aesni.sketch_rows` call (the schedule loaded once, a key's sums written to its
+slot, reduced and added after): on the robust bench's captured round (2 groups of 2,500 keys x 32
+leaves, 20 devices) 0.474 -> 0.393 ms a server, lower in 397 of 400 alternating pairs (thread
+time, load 1.1-2.0; session 32, helper K).  The scalar
 loop:
 
 Per leaf word ``w`` the sketch needs ``z = (AES_{k_u}(w) XOR w) mod p``, the keyed MMO block
@@ -38,7 +44,7 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 from secemb.fss import _kernel_cache  # noqa: F401 - first: the kernels' cache also covers _aesni's intrinsics
-from secemb.fss._aesni import BLOCKS, IFMA, LANES, SKETCH_CHUNKS, key_expand, mmo_blocks, sketch_leaves
+from secemb.fss._aesni import BLOCKS, IFMA, LANES, SKETCH_CHUNKS, key_expand, mmo_blocks, sketch_leaves, sketch_rows
 
 __all__ = ["LANES", "mac128", "red64", "fold128", "red128", "addp", "subp", "mulp", "sketch_accumulate",
            "sketch_accumulate_scalar", "sketch_accumulate_ifma", "sketch_schedules"]
@@ -182,6 +188,9 @@ def sketch_accumulate_ifma(leaves, row0, frontier, per_user, rks, r, r2, acc):  
     :data:`~secemb.fss._aesni.SKETCH_CHUNKS` chunks a call, its remainder staged with the lanes
     past its end masked; the calls' exact sums are reduced mod ``p`` and added to ``acc``."""
     g, width = leaves.shape[0], leaves.shape[1]
+    if frontier == 1 and width % BLOCKS == 0 and width <= SKETCH_CHUNKS * BLOCKS:
+        _sketch_short_keys(leaves, row0, per_user, rks, r, r2, acc)
+        return
     flat = leaves.reshape(g * width, 2)
     src = np.zeros((BLOCKS, 2), np.uint64)
     rs = np.zeros(BLOCKS, np.uint64)
@@ -222,6 +231,34 @@ def sketch_accumulate_ifma(leaves, row0, frontier, per_user, rks, r, r2, acc):  
         acc[key, 0] = addp(acc[key, 0], a)
         acc[key, 1] = addp(acc[key, 1], b)
         acc[key, 2] = addp(acc[key, 2], c)
+
+
+@njit(cache=True, nogil=True)
+def _sketch_short_keys(leaves, row0, per_user, rks, r, r2, acc):  # noqa: ANN001, ANN201
+    """:func:`sketch_accumulate_ifma` of a group whose rows are whole keys (``frontier`` 1: key
+    ``row0 + i`` is row ``i``, its positions ``[0, width)``) of whole chunks (``width`` a multiple
+    of :data:`~secemb.fss._aesni.BLOCKS`, at most :data:`~secemb.fss._aesni.SKETCH_CHUNKS` of
+    them): each device's keys in one :func:`~secemb.fss._aesni.sketch_rows` call (its schedule
+    loaded once, its coefficients ``r[u, :width]`` shared), the sums reduced mod ``p`` and added
+    to ``acc``."""
+    g, width = leaves.shape[0], leaves.shape[1]
+    sums = np.empty((g, 4), np.uint64)
+    base, kbase, rstride = np.int64(leaves.ctypes.data), np.int64(rks.ctypes.data), np.int64(rks.strides[0])
+    rbase, r2base, cstride = np.int64(r.ctypes.data), np.int64(r2.ctypes.data), np.int64(r.strides[0])
+    sp = np.int64(sums.ctypes.data)
+    lo = row0
+    while lo < row0 + g:  # the rows of device u: keys [lo, hi)
+        u = lo // per_user
+        hi = min(row0 + g, (u + 1) * per_user)
+        i = lo - row0
+        sketch_rows(kbase + u * rstride, base + np.int64(16) * i * width, rbase + u * cstride,  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
+                    r2base + u * cstride, width // BLOCKS, hi - lo, sp + np.int64(32) * i)
+        lo = hi
+    for i in range(g):
+        key = row0 + i
+        acc[key, 0] = addp(acc[key, 0], sums[i, 0])
+        acc[key, 1] = addp(acc[key, 1], sums[i, 1])
+        acc[key, 2] = addp(acc[key, 2], sums[i, 2])
 
 
 #: the loop :meth:`secemb.fss.sketch.SketchCheck.add` calls: the IFMA one where the CPU has it

@@ -53,7 +53,6 @@ leaves and draws and reduces only its ``K`` coefficients in one compiled call on
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache, cached_property
@@ -65,7 +64,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from secemb import randomness
 from secemb.errors import InvalidParameters
 from secemb.fss import field, kernels
-from secemb.fss.hashing import sha256_many
+from secemb.fss.hashing import row_bytes, sha256_many, shake128_many
 from secemb.randomness import DRBG_DOMAIN  # drbg_key's prefix: a batch's AES-256 keys hashed in one sha256_many call
 
 __all__ = ["SKETCH_SEED_BYTES", "SKETCH_WORDS", "EXPAND_TAG", "Expanded", "expand", "leaf_hashes",
@@ -131,7 +130,8 @@ def expand(seeds: Sequence[bytes], mp: int) -> Expanded:
     """The AES keys and coefficients ``r`` of ``n`` devices' sketch seeds over ``mp`` padded
     positions: ``SHAKE-128(EXPAND_TAG || c_u)``, 16 bytes the key ``k_u`` and 16 the stream seed
     ``s_r``, then ``r_x`` block ``x`` of ``s_r``'s AES-256-CTR stream mod ``p`` (module docstring);
-    one SHAKE call a device, the streams in one batch (:func:`secemb.fss.field.stream_words`: one
+    the seeds' SHAKE in one batch (:func:`secemb.fss.hashing.shake128_many`: the Keccak kernel with
+    the compiled kernels), the streams in one batch (:func:`secemb.fss.field.stream_words`: one
     AES-NI pass with the compiled kernels) and, with them, the reduction and ``r^2`` in one
     compiled call (:func:`secemb.fss._sketch_device_kernels.coefficients_core`).
 
@@ -141,9 +141,9 @@ def expand(seeds: Sequence[bytes], mp: int) -> Expanded:
     """
     _check_seeds(seeds, mp)
     n = len(seeds)
-    parts = [_shake(seed) for seed in seeds]
-    keys = np.frombuffer(b"".join(key for key, _ in parts), np.uint8).reshape(n, _AES_KEY_BYTES).copy()
-    words = field.stream_words([s_r for _, s_r in parts], 2 * mp)  # (n, 2 mp): r_x's lo, hi at 2x, 2x + 1
+    blob = _expand_rows(seeds)  # k_u || s_r a device
+    keys = np.ascontiguousarray(blob[:, :_AES_KEY_BYTES])
+    words = field.stream_words(row_bytes(blob[:, _AES_KEY_BYTES:]), 2 * mp)  # (n, 2 mp): r_x's lo, hi at 2x, 2x + 1
     if kernels.compiled():  # the same field elements as from_uniform_bytes and mul, in one pass
         from secemb.fss._sketch_device_kernels import coefficients_core
 
@@ -167,16 +167,12 @@ def _check_seeds(seeds: Sequence[bytes], mp: int) -> None:
         raise InvalidParameters(f"mp must be >= 1, got {mp}")
 
 
-def _shake(seed: bytes) -> tuple[bytes, bytes]:
-    """A seed's AES key ``k_u`` and coefficients' stream seed ``s_r``: ``SHAKE-128(EXPAND_TAG ||
-    seed)``'s first 16 bytes and the next 16."""
-    blob = _shake_bytes(seed)
-    return blob[:_AES_KEY_BYTES], blob[_AES_KEY_BYTES:]
-
-
-def _shake_bytes(seed: bytes) -> bytes:
-    """:func:`_shake`'s ``k_u || s_r`` as one byte string."""
-    return hashlib.shake_128(EXPAND_TAG + bytes(seed)).digest(_AES_KEY_BYTES + randomness.SEED_BYTES)
+def _expand_rows(seeds: Sequence[bytes]) -> np.ndarray:
+    """The seeds' ``SHAKE-128(EXPAND_TAG || c_u)``, 32 bytes each: uint8 (n, 32), row ``i`` the AES
+    key ``k_u`` (its first 16 bytes) and the coefficients' stream seed ``s_r`` (the next 16) of
+    ``seeds[i]``; one :func:`~secemb.fss.hashing.shake128_many` batch (checked seeds)."""
+    rows = np.frombuffer(b"".join(bytes(seed) for seed in seeds), np.uint8).reshape(len(seeds), SKETCH_SEED_BYTES)
+    return shake128_many(EXPAND_TAG, rows, _AES_KEY_BYTES + randomness.SEED_BYTES)
 
 
 def leaf_hashes(key: bytes, words: np.ndarray) -> np.ndarray:
@@ -305,7 +301,7 @@ def device_inputs_many(seeds: Sequence[bytes], mp: int, alphas: np.ndarray, leaf
     row ``i`` device ``i``'s sketches for its seed ``seeds[i]``, points ``alphas[i]`` (int (n, K))
     and leaf words ``leaf0[i]``, ``leaf1[i]`` (uint64 (n, K, 2) each), the same elements as
     ``device_inputs(seeds[i], mp, alphas[i], leaf0[i], leaf1[i])``.  With the compiled kernels one
-    SHAKE-128 call a device, its coefficients' AES-256 keys one SHA-256 batch and the sketches one
+    SHAKE-128 batch, its coefficients' AES-256 keys one SHA-256 batch and the sketches one
     compiled call (:func:`secemb.fss._sketch_device_kernels.device_inputs_many_core`); otherwise
     the numpy reference device by device.
 
@@ -357,13 +353,11 @@ def _device_inputs_reference(seed: bytes, mp: int, alphas: np.ndarray, leaf0: np
 def _device_inputs_compiled(seeds: Sequence[bytes], mp: int, alphas: np.ndarray, leaf0: np.ndarray,
                             leaf1: np.ndarray) -> np.ndarray:
     """:func:`device_inputs_many` of checked arguments (points int64 (n, K)) in one compiled call
-    after each seed's SHAKE and the coefficients' AES-256 keys
+    after the seeds' SHAKE batch and the coefficients' AES-256 keys
     (:func:`secemb.fss._sketch_device_kernels.device_inputs_many_core`: each device's leaf arrays'
     keyed MMO blocks and its coefficients' CTR blocks at its ``K`` points on AES-NI, no cipher
     object)."""
-    n = len(seeds)
-    blob = b"".join(_shake_bytes(seed) for seed in seeds)  # k_u || s_r a device
-    rows = np.frombuffer(blob, np.uint8).reshape(n, _AES_KEY_BYTES + randomness.SEED_BYTES)
+    rows = _expand_rows(seeds)  # k_u || s_r a device
     ctr_keys = sha256_many(DRBG_DOMAIN, rows[:, _AES_KEY_BYTES:])  # randomness.drbg_key of each s_r
     out = np.empty((*alphas.shape, SKETCH_WORDS), np.uint64)
     _device_kernels().device_inputs_many_core(np.ascontiguousarray(rows[:, :_AES_KEY_BYTES]), ctr_keys, alphas,

@@ -416,3 +416,71 @@ def test_this_cpu_takes_the_ifma_loop() -> None:
     from secemb.fss import _sketch_kernels
 
     assert _sketch_kernels.sketch_accumulate is _sketch_kernels.sketch_accumulate_ifma
+
+
+@pytest.mark.skipif(not _ifma(), reason="no AVX-512 IFMA here")
+@pytest.mark.parametrize(("width", "per_user", "users", "row0", "rows"), [
+    (16, 3, 3, 0, 9),      # one chunk a key, every device whole
+    (32, 125, 2, 100, 60),  # the cuckoo layout's rows at the bench's size: a group from mid-device 0 into device 1
+    (32, 5, 4, 7, 1),      # one key alone, mid-device
+    (48, 1, 5, 1, 3),      # one key a device: one sketch_rows call a key
+    (1024, 2, 2, 1, 3),    # the most chunks a call takes (SKETCH_CHUNKS): the largest unreduced sums
+])
+def test_short_keys_take_one_call_a_device(width: int, per_user: int, users: int, row0: int, rows: int) -> None:
+    """The IFMA loop's path for groups whose rows are whole keys of whole chunks (``frontier`` 1: the cuckoo layout's
+    walk), :func:`secemb.fss._sketch_kernels._sketch_short_keys` called directly (so the test fails if it is not
+    the path that gives the values): a device's keys in one :func:`secemb.fss._aesni.sketch_rows` call, equal to the
+    sums in Python integers and OpenSSL's AES from values at ``p - 1``, with coefficients at their largest
+    (``r_x = p - 1``, and ``p - k`` with ``r^2`` above ``p - 2^32``) and edge leaves among random ones; the scalar
+    loop gives the same; rows outside the group are left alone."""
+    from secemb.fss import _sketch_kernels
+
+    gen = np.random.default_rng(3200 + width + row0)
+    k = int(np.sqrt(float(P - 1)))
+    while k * k >= P:
+        k -= 1
+    keys = [os.urandom(16) for _ in range(users)]
+    r = [[P - 1 if (x + u) % 2 else P - k for x in range(width)] for u in range(users)]
+    r[-1] = gen.integers(0, P, width).tolist()
+    ex = _expanded(keys, r)
+    leaves = gen.integers(0, MASK, (rows, width, 2), np.uint64, endpoint=True)
+    leaves[0, : min(width, len(EDGE_WORDS))] = np.array(EDGE_WORDS, np.uint64)[:, None][: min(width, len(EDGE_WORDS))]
+    leaves[-1, -1] = MASK
+    acc0 = np.full((users * per_user, 3), P - 1, np.uint64)
+    acc0[::2] = gen.integers(0, P, acc0[::2].shape)
+    want = _formula(leaves, row0, 1, per_user, keys, r, acc0)  # the other rows as they were
+    got = acc0.copy()
+    _sketch_kernels._sketch_short_keys(leaves, row0, per_user, ex.round_keys, ex.r, ex.r2, got)
+    np.testing.assert_array_equal(got, want)
+    scalar = acc0.copy()
+    _sketch_kernels.sketch_accumulate_scalar(leaves, row0, 1, per_user, ex.round_keys, ex.r, ex.r2, scalar)
+    np.testing.assert_array_equal(scalar, got)
+
+
+@pytest.mark.skipif(not _ifma(), reason="no AVX-512 IFMA here")
+def test_sketch_rows_writes_each_run_its_slot() -> None:
+    """:func:`secemb.fss._aesni.sketch_rows` alone: ``keys`` runs, each run's ``[A, B, C, 0]`` in its own four words
+    (the sums in Python integers), nothing past them; ``keys = 0`` writes nothing."""
+    from numba import njit
+
+    from secemb.fss._aesni import sketch_rows
+
+    @njit
+    def call(rks, leaves, r, r2, chunks, keys, out):  # noqa: ANN001, ANN202
+        sketch_rows(rks.ctypes.data, leaves.ctypes.data, r.ctypes.data, r2.ctypes.data, chunks, keys, out.ctypes.data)
+
+    gen = np.random.default_rng(32)
+    key = os.urandom(16)
+    r = gen.integers(0, P, 32).tolist()
+    ex = _expanded([key], [r])
+    leaves = gen.integers(0, MASK, (3, 32, 2), np.uint64, endpoint=True)
+    out = np.full(16, 7, np.uint64)
+    call(ex.round_keys[0], leaves, ex.r[0], ex.r2[0], 2, 3, out)
+    want = np.array(
+        [[sum(int(c) * _z(key, w) for c, w in zip(coef, row, strict=True)) % P for coef in (ex.r[0], ex.r2[0])]
+         + [sum(_z(key, w) for w in row) % P] for row in leaves], np.uint64)
+    np.testing.assert_array_equal(out[:12].reshape(3, 4)[:, :3], want)
+    assert out[3] == out[7] == out[11] == 0 and np.all(out[12:] == 7)
+    none = np.full(4, 7, np.uint64)
+    call(ex.round_keys[0], leaves, ex.r[0], ex.r2[0], 2, 0, none)
+    assert np.all(none == 7)
