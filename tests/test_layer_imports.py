@@ -68,6 +68,8 @@ LAZY_TARGETS = {
     "secemb.fss._numba_kernels": "numba compiles the kernels on first import (seconds)",
     "secemb.fss._aesni": "builds or loads the AES-NI extension",
     "secemb.fss._shani": "numba compiles or loads the SHA-NI kernel (a process that hashes with hashlib never does)",
+    "secemb.fss._keccak": "numba compiles or loads the batched SHAKE-128 (a process without the compiled kernels "
+                          "hashes with hashlib and never does)",
     "secemb.fss._projection_kernels": "numba compiles or loads the projections' loop (only project_each with kernels)",
     "secemb.fss._rangeproof_kernels": "numba compiles or loads the range proof's verifier and Lagrange loops "
                                       "(only with kernels)",
