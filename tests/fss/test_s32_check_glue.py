@@ -29,13 +29,7 @@ from secemb.fss import sketchproof as S
 PARAMS = R.RangeParams(rows=6, bits=8, ring_bits=32)
 
 
-@pytest.fixture(params=["numba", "numpy"])
-def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Both paths: the compiled kernels (where they run) and the numpy/hashlib reference."""
-    if request.param == "numba" and not kernels.available():
-        pytest.skip("the compiled kernels do not run here")
-    monkeypatch.setattr(kernels, "BACKEND", request.param)
-    return str(request.param)
+# ``backend``: tests/fss/conftest.py's (the numpy/hashlib reference, and the compiled kernels where they run)
 
 
 @pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 20])

@@ -36,37 +36,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "protocols"))
 import test_bounded_payloads as tbp  # type: ignore[import-not-found]  # noqa: E402
 import test_session21_verify_journal as j21  # type: ignore[import-not-found]  # noqa: E402
+from test_session19_engine_prove_order import _kernel_mod2  # type: ignore[import-not-found]  # noqa: E402
 from test_session31_bound_derived import M, P, SLOTS, W, Run, _expected, _honest, _items, _protocol  # noqa: E402
 
 RING = 1 << 32
 HALF = 1 << 31
-
-
-def _gf2_kernel_vector(a: np.ndarray) -> np.ndarray:
-    """A non-zero ``z`` over GF(2) with ``a z = 0`` (``a``: 0/1 (r, c), ``c > r``), by Gaussian
-    elimination written out here: the free column's 1 and the pivots solved back."""
-    a = (a % 2).astype(np.uint8)
-    rows, cols = a.shape
-    pivots: list[int] = []
-    r = 0
-    for c in range(cols):
-        hit = next((i for i in range(r, rows) if a[i, c]), None)
-        if hit is None:
-            continue
-        a[[r, hit]] = a[[hit, r]]
-        for i in range(rows):
-            if i != r and a[i, c]:
-                a[i] ^= a[r]
-        pivots.append(c)
-        r += 1
-        if r == rows:
-            break
-    free = next(c for c in range(cols) if c not in pivots)
-    z = np.zeros(cols, np.uint8)
-    z[free] = 1
-    for i, c in enumerate(pivots):  # reduced row echelon: pivot c of row i is the row's only pivot
-        z[c] = a[i, free]
-    return z
 
 
 # -- 1. the full layout: what server 1 holds of an upload, after the device learned its c_u -------------
@@ -103,7 +77,7 @@ def test_after_its_challenge_a_device_moving_server_1s_words_in_the_rows_kernel_
     rows = ternary_rows(c_u, ROWS, M * W + P)[:, : M * W].reshape(ROWS, M, W).astype(np.int64) % 2  # |r| mod 2
     # parity of projection rho under 2^31 added to CW[i, k]: sum_j |r[rho, j, k]| t_1[i, j] mod 2
     parity = np.einsum("rjk,ij->rik", rows, t1.astype(np.int64)).reshape(ROWS, SLOTS * W) % 2
-    z = _gf2_kernel_vector(parity).reshape(SLOTS, W).astype(np.int64)
+    z = _kernel_mod2(parity.astype(np.int64)).reshape(SLOTS, W)  # session 19's GF(2) solver
     assert z.any() and not ((parity @ z.reshape(-1)) % 2).any()
     cw_at = FRAME_BYTES  # the server-1 upload body: the correction words first (ring (S, w), little-endian)
     cw = np.frombuffer(m1, "<u4", SLOTS * W, cw_at).reshape(SLOTS, W)
