@@ -25,6 +25,8 @@ Findings (strict xfails, asserting the safe behaviour):
   empty or zero result), the compiled one raises a bare ValueError from the AMX kernels' (and, on a uint32
   ring, ``sign_products``') shape checks: the backends differ, and not with InvalidParameters.  Not reachable
   from a message (rows and L are the round's parameters).
+* S32-X4: ``convert_accumulate`` into a width-0 ``acc`` raises ZeroDivisionError on both backends, not
+  InvalidParameters (older than this session; not reachable from a message).
 """
 
 from __future__ import annotations
@@ -507,3 +509,23 @@ def test_convert_accumulate_fresh_refuses_key_t_inside_acc(monkeypatch: pytest.M
     np.testing.assert_array_equal(acc, before[0])
     np.testing.assert_array_equal(key_acc, before[1])
     assert not shared.any()
+
+
+@pytest.mark.xfail(strict=True, reason="S32-X4: convert_accumulate with a width-0 acc raises ZeroDivisionError "
+                                       "(_fused_scratch / convert_chunks divide by the blocks a word), not "
+                                       "InvalidParameters; both backends (not new this session)")
+@pytest.mark.parametrize("backend", ["numpy", pytest.param("numba", marks=compiled)])
+def test_convert_accumulate_width_zero_is_refused_or_nothing(monkeypatch: pytest.MonkeyPatch, backend: str) -> None:
+    """An ``acc`` of no columns (a ring (M, 0)): nothing to add, or a refusal naming the contract; not an arithmetic
+    error from inside the scratch planning."""
+    from secemb.fss.convert import convert_accumulate
+    from secemb.fss.fused import AGGREGATION_TAG
+
+    monkeypatch.setattr(kernels, "BACKEND", backend)
+    words = np.frombuffer(os.urandom(16 * 8), np.uint64).reshape(8, 2).copy()
+    acc = np.zeros((3, 0), np.uint32)
+    try:
+        convert_accumulate(words, AGGREGATION_TAG, acc, 0)
+    except InvalidParameters:
+        return
+    assert acc.shape == (3, 0)
