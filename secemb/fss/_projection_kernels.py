@@ -544,8 +544,17 @@ class Products:
             expand_rows(stream, s, self.t, ENTRY_WORDS)
 
     def project(self, x: np.ndarray, at: np.ndarray, out: np.ndarray, to: np.ndarray) -> None:
-        """``out[to[m], :rows] = t x[at[m]] mod 2^k`` on the rows last expanded."""
+        """``out[to[m], :rows] = t x[at[m]] mod 2^k`` on the rows last expanded.  Both paths refuse
+        (ValueError) a device index outside ``x`` or ``out``, ``at`` and ``to`` of other lengths, and
+        ``x`` or ``out`` too wide or narrow for the rows (finding S32-X1: the row kernels index
+        without bounds checks)."""
         if self.tiles:
             tile_products(self.t, self.rows, x, at, out, to, self.planes, self.sums, TILE_CONFIG)
-        else:
-            self._products(self.t, x, at, out, to)
+            return
+        if (at.shape != to.shape or at.ndim != 1 or x.ndim != 2 or out.ndim != 2 or x.shape[1] > self.t.shape[1]
+                or out.shape[1] < self.rows
+                or (at.size and (int(at.min()) < 0 or int(at.max()) >= x.shape[0]
+                                 or int(to.min()) < 0 or int(to.max()) >= out.shape[0]))):
+            raise ValueError(f"project: device indices at {at.shape} and to {to.shape} must lie in x {x.shape} and "
+                             f"out {out.shape}, x at most {self.t.shape[1]} words and out at least {self.rows} rows")
+        self._products(self.t, x, at, out, to)

@@ -186,7 +186,13 @@ def sketch_accumulate_ifma(leaves, row0, frontier, per_user, rks, r, r2, acc):  
     key's rows in the group are consecutive leaves at consecutive positions, so each key's run
     goes to the intrinsic :data:`~secemb.fss._aesni.BLOCKS` leaves a chunk, at most
     :data:`~secemb.fss._aesni.SKETCH_CHUNKS` chunks a call, its remainder staged with the lanes
-    past its end masked; the calls' exact sums are reduced mod ``p`` and added to ``acc``."""
+    past its end masked; the calls' exact sums are reduced mod ``p`` and added to ``acc``.  Arrays it
+    would read by address in another layout are refused (ValueError), never read as if contiguous
+    (finding S32-X2)."""
+    if not (leaves.flags.c_contiguous and rks.flags.c_contiguous and r.flags.c_contiguous
+            and r2.flags.c_contiguous and r2.shape == r.shape):
+        raise ValueError("sketch_accumulate_ifma reads leaves, rks, r and r2 by address: they must be C-contiguous "
+                         "(and r2 of r's shape)")
     g, width = leaves.shape[0], leaves.shape[1]
     if frontier == 1 and width % BLOCKS == 0 and width <= SKETCH_CHUNKS * BLOCKS:
         _sketch_short_keys(leaves, row0, per_user, rks, r, r2, acc)

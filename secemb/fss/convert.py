@@ -316,6 +316,8 @@ def convert_accumulate(words: np.ndarray, tag: str, acc: np.ndarray | None, star
         raise InvalidParameters(f"live must be bool ({big_m},), got {live.dtype} {live.shape}")
     if big_m < 1:
         raise InvalidParameters("convert_accumulate needs at least one row (M >= 1)")
+    if width < 1:
+        raise InvalidParameters(f"convert_accumulate needs rows of at least one word (w >= 1), got {out.shape}")
     by_key = None if key_acc is None else key_acc.reshape(1, *key_acc.shape) if key_acc.ndim == 2 else key_acc
     if by_key is not None and (
         by_key.dtype != dtype or by_key.ndim != 3 or by_key.shape[2] != width

@@ -277,6 +277,9 @@ def project_each(seeds: Sequence[bytes] | np.ndarray, x: np.ndarray, rows: int =
     _check_ring(x)
     _check_rows(rows, x.shape[1])
     n, length = x.shape
+    if rows == 0 or length == 0:  # nothing to project: every backend answers zeros (finding S32-X3)
+        _seed_indices(seeds, n)
+        return np.zeros((n, rows), x.dtype)
     compiled = kernels.compiled()
     if compiled:
         from secemb.fss._projection_kernels import Products
@@ -354,6 +357,9 @@ def project_affine(seeds: Sequence[bytes] | np.ndarray, negate: bool, parts: Seq
     dtype, length = _affine_checked(parts)
     _check_rows(rows, length)
     n = len(parts)
+    if rows == 0 or length == 0:  # nothing to project: every backend answers zeros (finding S32-X3)
+        _seed_indices(seeds, n)
+        return np.zeros((n, rows), dtype)
     if not kernels.compiled():
         x = np.empty((n, length), dtype)
         for d, (base, count, words, tail) in enumerate(parts):

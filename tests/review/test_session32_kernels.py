@@ -12,7 +12,8 @@ device indices.  Every expected value comes from an independent reference (hashl
 integers, the numpy backend), never from the kernel under test; crashes run in a fresh interpreter
 so that a segmentation fault is a return code.
 
-Findings (strict xfails, asserting the safe behaviour):
+Findings (each was a strict xfail asserting the safe behaviour; all four fixed by the lead in session 32,
+so their tests now pass):
 
 * S32-X1: ``Products.project`` checks its device indices only on the AMX path: on the row kernels'
   path (a CPU without AMX, or L above TILE_LENGTH) an ``at`` out of ``x``'s rows reads other memory
@@ -67,10 +68,6 @@ def _tiles() -> bool:
     from secemb.fss._projection_kernels import tiles
 
     return tiles()
-
-
-def _signs() -> bool:
-    return kernels.available() and bool(kernels.host_cpu_features().get("avx2"))
 
 
 def _ifma() -> bool:
@@ -271,16 +268,13 @@ def test_project_each_compiled_equals_numpy_on_many_seeds(monkeypatch: pytest.Mo
     np.testing.assert_array_equal(results["numba"], results["numpy"])
 
 
-_X3 = pytest.mark.xfail(strict=True, reason="S32-X3: project_each/project_affine accept rows = 0 and L = 0 "
-                                             "(_check_rows) and numpy answers, but the compiled kernels raise a "
-                                             "bare ValueError (tile_products/word_planes; sign_products)")
 
 
 @compiled
 @pytest.mark.parametrize(("path", "dtype"), [
-    pytest.param("tiles", np.uint32, marks=_X3), pytest.param("tiles", np.uint64, marks=_X3),
-    pytest.param("rows", np.uint32, marks=_X3 if _signs() else ()),  # sign_products (AVX2); else as uint64
-    ("rows", np.uint64),  # ternary_products: holds
+    ("tiles", np.uint32), ("tiles", np.uint64),
+    ("rows", np.uint32),  # sign_products (AVX2); else as uint64
+    ("rows", np.uint64),  # ternary_products
 ])
 def test_project_each_empty_shapes_agree_between_backends(monkeypatch: pytest.MonkeyPatch, path: str,
                                                           dtype: type) -> None:
@@ -381,8 +375,6 @@ def test_tile_kernels_refuse_every_index_and_shape_outside_their_arrays() -> Non
 
 
 @compiled
-@pytest.mark.xfail(strict=True, reason="S32-X1: Products.project checks at/to only on the AMX path; the row "
-                                       "kernels (no AMX, or L > TILE_LENGTH) read x[at] unchecked: SIGSEGV")
 def test_products_row_path_refuses_a_device_index_outside_x() -> None:
     """The same ``Products.project`` contract on both of its paths: with the tiles off (a CPU without AMX), a
     device index far outside ``x`` is refused (ValueError), as the AMX path refuses it; not a read of other
@@ -410,9 +402,6 @@ def test_products_row_path_refuses_a_device_index_outside_x() -> None:
 
 
 @pytest.mark.skipif(not _ifma(), reason="no AVX-512 IFMA here")
-@pytest.mark.xfail(strict=True, reason="S32-X2: sketch_accumulate (IFMA, and its new short-key path) reads "
-                                       "leaves/rks/r/r2 by address: other sums, silently, for arrays that are "
-                                       "not C-contiguous (the scalar loop is right)")
 @pytest.mark.parametrize("layout", ["r_fortran", "rks_fortran", "leaves_fortran", "r_reversed"])
 def test_sketch_accumulate_ifma_takes_any_layout_or_refuses_it(layout: str) -> None:
     """``sketch_accumulate_ifma`` on the cuckoo layout's groups (frontier 1, 32-leaf keys: ``_sketch_short_keys``)
@@ -511,9 +500,6 @@ def test_convert_accumulate_fresh_refuses_key_t_inside_acc(monkeypatch: pytest.M
     assert not shared.any()
 
 
-@pytest.mark.xfail(strict=True, reason="S32-X4: convert_accumulate with a width-0 acc raises ZeroDivisionError "
-                                       "(_fused_scratch / convert_chunks divide by the blocks a word), not "
-                                       "InvalidParameters; both backends (not new this session)")
 @pytest.mark.parametrize("backend", ["numpy", pytest.param("numba", marks=compiled)])
 def test_convert_accumulate_width_zero_is_refused_or_nothing(monkeypatch: pytest.MonkeyPatch, backend: str) -> None:
     """An ``acc`` of no columns (a ring (M, 0)): nothing to add, or a refusal naming the contract; not an arithmetic
