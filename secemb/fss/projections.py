@@ -226,6 +226,13 @@ def _seed_indices(seeds: Sequence[bytes] | np.ndarray, n: int) -> tuple[list[byt
     return [row_key(seed) for seed in distinct], which
 
 
+def _nothing_to_project(seeds: Sequence[bytes] | np.ndarray, n: int, rows: int, dtype: np.dtype) -> np.ndarray:
+    """The answer to ``rows = 0`` or ``L = 0`` on every backend (finding S32-X3): zeros (n, rows) of
+    ``dtype``, after the seeds are checked as a projection checks them."""
+    _seed_indices(seeds, n)
+    return np.zeros((n, rows), dtype)
+
+
 def _chunks(seeds: Sequence[bytes] | np.ndarray, n: int, rows: int,
             length: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """The devices grouped by seed, in chunks of distinct seeds (at most :data:`_TEMP_ENTRIES`
@@ -277,9 +284,8 @@ def project_each(seeds: Sequence[bytes] | np.ndarray, x: np.ndarray, rows: int =
     _check_ring(x)
     _check_rows(rows, x.shape[1])
     n, length = x.shape
-    if rows == 0 or length == 0:  # nothing to project: every backend answers zeros (finding S32-X3)
-        _seed_indices(seeds, n)
-        return np.zeros((n, rows), x.dtype)
+    if rows == 0 or length == 0:
+        return _nothing_to_project(seeds, n, rows, x.dtype)
     compiled = kernels.compiled()
     if compiled:
         from secemb.fss._projection_kernels import Products
@@ -357,9 +363,8 @@ def project_affine(seeds: Sequence[bytes] | np.ndarray, negate: bool, parts: Seq
     dtype, length = _affine_checked(parts)
     _check_rows(rows, length)
     n = len(parts)
-    if rows == 0 or length == 0:  # nothing to project: every backend answers zeros (finding S32-X3)
-        _seed_indices(seeds, n)
-        return np.zeros((n, rows), dtype)
+    if rows == 0 or length == 0:
+        return _nothing_to_project(seeds, n, rows, dtype)
     if not kernels.compiled():
         x = np.empty((n, length), dtype)
         for d, (base, count, words, tail) in enumerate(parts):

@@ -188,7 +188,6 @@ __all__ = [
     "hints_of",
     "seed_part",
     "seed_parts",
-    "device_part",
     "parse",
     "own_parts",
     "well_formed",
@@ -704,20 +703,6 @@ def hints_of(params: RangeParams, contexts: Sequence[bytes], msgs: Sequence[byte
     raw = np.frombuffer(b"".join(msgs), np.uint8).reshape(len(msgs), params.message_bytes(0))
     head = SEED_BYTES + PART_BYTES
     return _parts(0, ctxs, raw[:, :SEED_BYTES], raw[:, head : head + F.ELEMENT_BYTES * params.witness_length])
-
-
-def device_part(params: RangeParams, msg0: bytes) -> bytes:
-    """The ``part_1`` a device wrote into its message to server 0 (``params.message_bytes(0)``
-    bytes, as :func:`prove` writes it), which server 0 forwards for server 1 to check against
-    :func:`seed_part`.
-
-    Raises
-    ------
-    InvalidMessage
-        If ``msg0`` is not bytes of ``params.message_bytes(0)``.
-    """
-    _check_size(params, 0, msg0)
-    return bytes(msg0[SEED_BYTES : SEED_BYTES + PART_BYTES])
 
 
 def seed_part(context: bytes, seed_1: bytes) -> bytes:
