@@ -422,36 +422,20 @@ def expand_steps(stream: np.ndarray, s: int, rows: int, t: np.ndarray,
             words[whole, i, k - TILE_ROWS * whole] = entry_words[stream[s, at + k]]
 
 
-#: four-word blocks a :func:`_plane_rows` call transposes in one shuffle: 16 words (a 512-bit vector of uint32
-#: words, its four 128-bit lanes; two of uint64), four rows of the planes
-PLANE_BLOCKS = 4
-
-
 @intrinsic
-def _plane_rows(typingctx, like, source, target, row, blocks):  # noqa: ANN001, ANN201 - numba intrinsic protocol
-    """The ``4 P`` bytes of each four ring words (``P`` the bytes of a word of the array ``like``, 4 or 8) of
-    ``blocks`` (a literal int: 1 or :data:`PLANE_BLOCKS`) blocks of four at the address ``source`` written
-    transposed, byte ``p`` of word ``q`` of block ``b`` to ``target + b row + 4 p + q``: one load, one byte
-    shuffle (``vpshufb`` / ``vpermb`` within each block's bytes) and ``blocks`` stores."""
+def _plane_bytes(typingctx, like, source, target):  # noqa: ANN001, ANN201 - numba intrinsic protocol
+    """The ``4 P`` bytes of four ring words (``P`` the bytes of a word of the array ``like``, 4 or 8) at the
+    address ``source`` written at the address ``target`` transposed, byte ``p`` of word ``q`` to ``4 p + q``:
+    one load, one shuffle (``vpshufb`` / ``vpermb``) and one store."""
     per = like.dtype.bitwidth // 8
-    count = blocks.literal_value if isinstance(blocks, types.IntegerLiteral) else None
-    if count not in (1, PLANE_BLOCKS):
-        return None
-    sig = types.void(like, source, target, row, blocks)
+    sig = types.void(like, source, target)
 
     def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
-        size = 4 * per  # bytes of a block
-        vector = ir.VectorType(_I8, size * count)
+        vector = ir.VectorType(_I8, 4 * per)
         words = builder.load(builder.inttoptr(args[1], vector.as_pointer()), align=1)
-        order = [size * b + per * q + p for b in range(count) for p in range(per) for q in range(4)]
-        moved = builder.shuffle_vector(words, words, ir.Constant(ir.VectorType(_I32, size * count), order))
-        base = builder.inttoptr(args[2], _BYTES)
-        block = ir.VectorType(_I8, size)
-        for b in range(count):
-            part = builder.shuffle_vector(moved, moved, ir.Constant(ir.VectorType(_I32, size),
-                                                                    list(range(size * b, size * b + size))))
-            at = builder.gep(base, [builder.mul(args[3], ir.Constant(_I64, b))])
-            builder.store(part, builder.bitcast(at, block.as_pointer()), align=1)
+        order = ir.Constant(ir.VectorType(_I32, 4 * per), [per * q + p for p in range(per) for q in range(4)])
+        builder.store(builder.shuffle_vector(words, words, order), builder.inttoptr(args[2], vector.as_pointer()),
+                      align=1)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -462,8 +446,8 @@ def word_planes(x: np.ndarray, at: np.ndarray, planes: np.ndarray) -> None:  # p
     """The byte planes of the ring ``x`` (n, L)'s rows ``at`` (each contiguous) in AMX's layout of a right
     operand: ``planes[k, P m + p]`` (uint32 (>= ceil(L / 4), >= P at.size), C-contiguous; ``P`` the bytes of
     a word, 4 or 8) holds byte ``p`` of ``x[at[m], 4 k + q]`` as its byte ``q`` (a 4 x P transposition of
-    the bytes of each four words: :func:`_plane_rows`, :data:`PLANE_BLOCKS` rows of the planes a shuffle, then
-    one), zero where ``4 k + q >= L``, for every row ``k`` of ``planes``; its other columns untouched."""
+    the bytes of each four words: :func:`_plane_bytes`), zero where ``4 k + q >= L``, for every row ``k`` of
+    ``planes``; its other columns untouched."""
     per, length = x.itemsize, x.shape[1]
     if x.strides[1] != per or planes.strides[1] != 4 or planes.strides[0] != 4 * planes.shape[1] \
             or planes.shape[0] < -(-length // 4) or planes.shape[1] < per * at.size:
@@ -472,16 +456,11 @@ def word_planes(x: np.ndarray, at: np.ndarray, planes: np.ndarray) -> None:  # p
         if not 0 <= at[m] < x.shape[0]:
             raise ValueError("word_planes: a device's row out of x's shape")
     whole = length // 4
-    wide = whole - whole % PLANE_BLOCKS
     row, step, first = planes.strides[0], 4 * per, planes.ctypes.data
-    for k in range(0, wide, PLANE_BLOCKS):
+    for k in range(whole):
         for m in range(at.size):
-            _plane_rows(x, x.ctypes.data + at[m] * x.strides[0] + k * step,  # type: ignore[call-arg]  # numba's stub
-                        first + k * row + m * step, row, PLANE_BLOCKS)
-    for k in range(wide, whole):
-        for m in range(at.size):
-            _plane_rows(x, x.ctypes.data + at[m] * x.strides[0] + k * step,  # type: ignore[call-arg]  # numba's stub
-                        first + k * row + m * step, row, 1)
+            _plane_bytes(x, x.ctypes.data + at[m] * x.strides[0] + k * step,  # type: ignore[call-arg]  # numba's stub
+                         first + k * row + m * step)
     bytes_in = planes.view(np.uint8)
     for k in range(whole, planes.shape[0]):
         for m in range(at.size):

@@ -1,10 +1,11 @@
-"""secemb.fss._projection_kernels.word_planes (session 33, helper V): the byte planes of four rows of the planes
-a shuffle (:data:`PLANE_BLOCKS` four-word blocks, 16 words) and the last ``whole mod 4`` blocks one a shuffle,
-then the partial block byte by byte.  Against a byte-level numpy construction at every length from 1 to 70 (each
-remainder of 16 words, of 4 words, and the partial block) and at ML-100K's 16,251 words, for 1 to 9 devices in
-any order (repeats too) on both rings; and the AMX products that read them (:func:`tile_products`, and
-project_each with and without tiles) against numpy's wrapping unsigned matmul of the specification's rows at the
-lengths where the wide and narrow shuffles meet."""
+"""secemb.fss._projection_kernels.word_planes (session 33, helper V): the byte planes of each four-word block
+(one shuffle a block), then the partial block byte by byte.  Against a byte-level numpy construction at every
+length from 1 to 70 (each remainder of 4 and 16 words, and the partial block) and at ML-100K's 16,251 words, for
+1 to 9 devices in any order (repeats too) on both rings, with the session 32 checks before raw addresses; and
+the AMX products that read them (:func:`tile_products`, and project_each with and without tiles) against numpy's
+wrapping unsigned matmul of the specification's rows, 1 to 9 devices, at lengths around 16 and 64 words.  (Written
+for a wider shuffle, four blocks a shuffle, which came out slower: session 33, helper V; the tests stay for the
+kernel as it is.)"""
 
 from __future__ import annotations
 
@@ -63,8 +64,8 @@ def test_word_planes_at_every_length_to_70_and_ml100k(dtype: type) -> None:
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_word_planes_keep_their_checks(dtype: type) -> None:
-    """The shape and index checks before raw addresses (session 32) hold for the wide shuffle: a device row out
-    of x, planes too short or too narrow, a non-contiguous x."""
+    """The shape and index checks before raw addresses (session 32): a device row out of x, planes too short or
+    too narrow, a non-contiguous x."""
     from secemb.fss._projection_kernels import word_planes
 
     per = np.dtype(dtype).itemsize
@@ -82,7 +83,7 @@ def test_word_planes_keep_their_checks(dtype: type) -> None:
 @needs_tiles
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("length", [15, 16, 17, 19, 20, 63, 67, 68, 255, 256, 257])
-def test_tile_products_where_the_shuffles_meet(dtype: type, length: int) -> None:
+def test_tile_products_around_the_blocks_and_steps(dtype: type, length: int) -> None:
     from secemb.fss._projection_kernels import Products
     from secemb.fss.projections import _stream_bytes, _streams, row_key
 
@@ -104,7 +105,7 @@ def test_tile_products_where_the_shuffles_meet(dtype: type, length: int) -> None
 @pytest.mark.parametrize("tiles", [True, False])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_project_each_with_and_without_tiles(tiles: bool, dtype: type, monkeypatch: pytest.MonkeyPatch) -> None:
-    """project_each of 9 devices on two seeds at lengths around the 16-word shuffle, on the tile path and on the
+    """project_each of 9 devices on two seeds at lengths around 16 and 64 words, on the tile path and on the
     row kernels (the flag the session 32 tests use), against the specification's rows."""
     from secemb.fss import _projection_kernels as pk
     from secemb.fss.projections import project_each
