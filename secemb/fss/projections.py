@@ -375,18 +375,13 @@ def project_affine(seeds: Sequence[bytes] | np.ndarray, negate: bool, parts: Seq
                 np.negative(sparse, out=sparse)
             x[d, base.size :] = tail
         return project_each(seeds, x, rows)
-    from secemb.fss._projection_kernels import Products, affine_vector
+    from secemb.fss._projection_kernels import Products
 
     acc, products = np.empty((n, rows), dtype), Products(dtype, rows, length)
-    xs, tile = np.empty((products.group, length), dtype), np.arange(products.group)
     for stream, devices, which in _chunks(seeds, n, rows, length):
         for s in range(stream.shape[0]):
             products.expand(stream, s)
             some = devices[which == s]
             for lo in range(0, some.size, products.group):
-                to = some[lo : lo + products.group]
-                for k, d in enumerate(to.tolist()):
-                    base, count, words, tail = parts[d]
-                    affine_vector(base, count, words, bool(negate), tail, xs[k])
-                products.project(xs, tile[: to.size], acc, to)
+                products.project_parts(parts, bool(negate), acc, some[lo : lo + products.group])
     return acc
