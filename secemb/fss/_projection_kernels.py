@@ -50,20 +50,24 @@ registers tried (2 x 2 tiles of sums, 1 x 2 double-buffered) was reliably faster
 AVX-512's masked adds on bit planes of the entries, which two ports of 512-bit work bound at 16 terms a
 cycle, by this arithmetic 1.33 times ``vpsignd``'s 12.
 
-Session 33 (helper V; thread CPU, interleaved pairs, 2 shared cores at load 9-10) split a 20-device call in the
-bench's flow (medians a call, the pieces timed inside it): project_affine 0.89 ms, the five tile_products 0.28
-(planes included), the 20 affine_vector 0.27, the stream's AES 0.08, its expansion 0.06, the checks of parts and
-seeds 0.06, the rest Python.  Tried, none faster, none kept: a step of the tile loop takes 100-165 ns whichever
-way the 8 tiles are used (3 x 1 as here; 2 x 2, 27-52 ns a product against 32-55; 1 x 3; 3 x 1 with the B tile
-double-buffered, 150 against 97; the third tile of rows and of sums 8 rows high, as 40 rows need), with its
-tiles in L1 or L2 alike, so no reuse of ``t`` or fewer passes over it pays; software prefetch of the next
-devices' parts spread over the tile loop (16-32 lines a step, to L1, L2 or L3: 1.0-1.15x slower) or 1-16 KiB
-ahead in :func:`affine_vector` (within noise); an affine_vector fused into the plane transposition, a device a
-call (1.07-1.3x slower: each device's four rows of 16 bytes a line land in four lines at once) or four devices a
-call (0.82-1.12x, no steady gain); four blocks of planes a shuffle in :func:`word_planes` (0.79x on a group's
-warm vectors); and each thread keeping its :class:`Products` between calls (1.00x in the flow, where
+Session 33 (helper V; thread CPU, interleaved pairs, 2 shared cores at load 6-10) split a 20-device call in the
+bench's flow (medians a call, the pieces timed inside it): project_affine 0.89-0.96 ms, the five tile_products
+0.28-0.30 (planes included), the 20 affine_vector 0.27-0.31, the stream's AES 0.08-0.09, its expansion 0.06-0.07,
+the checks of parts and seeds 0.06, the rest Python.  Kept: :meth:`Products.project_parts` forms the byte planes
+of a pass of devices straight from their affine parts (:func:`affine_part`, :func:`affine_planes`, then
+:func:`plane_products`), no vector scratch and no second pass over it: project_affine in the flow 1122 -> 982
+and 1078 -> 999 us (medians of 8 and 10 pairs, pair ratios 0.79-1.87, medians 1.15 and 1.08), alone 883 -> 806
+(1.03); a modest gain, since the parts' 2.6 MB come from L3 at about 10 GB/s either way.  Tried, none faster:
+a step of the tile loop takes 100-165 ns whichever way the 8 tiles are used (3 x 1 as here; 2 x 2, 27-52 ns a
+product against 32-55 but for 32 rows only, so 40 rows need a second pass; 1 x 3; 3 x 1 with the B tile
+double-buffered, 150 against 97; the third tile of rows and of sums 8 rows high), with its tiles in L1 or L2
+alike, so fewer passes over ``t`` would not pay; software prefetch of the next devices' parts spread over the
+tile loop (16-32 lines a step, to L1, L2 or L3: 1.01-1.15x slower) or 1-16 KiB ahead in :func:`affine_vector`
+(within noise); the planes formed a device a call (1.07-1.3x slower: perhaps each device's 16 bytes of a row,
+a line of planes written four times over); four blocks of planes a shuffle in :func:`word_planes` (0.79x on a
+group's warm vectors); each thread keeping its :class:`Products` between calls (1.00x in the flow, where
 ``keeping_round_heap`` already spares the page faults).  What is left is bound by this machine's AMX issue rate
-and by the parts' 2.6 MB read from L3 (about 10 GB/s here).
+and by the parts' read from L3.
 """
 
 from __future__ import annotations

@@ -350,10 +350,12 @@ def project_affine(seeds: Sequence[bytes] | np.ndarray, negate: bool, parts: Seq
     -------
     ring array (n, rows) of the parts' dtype, equal to ``project_each(seeds, x, rows)`` for ``x``
     the stacked vectors (bit for bit: ``tests/fss/test_s21_bound_speed.py``).  With the compiled
-    kernels the vectors are computed a pass of the products' devices at a time (four, or two on a
-    uint64 ring with AMX) into a scratch and projected on their seed's rows, expanded once for all
-    its devices (:mod:`secemb.fss._projection_kernels`: no (n, L) array); otherwise ``x`` is formed
-    and projected as :func:`project_each` does.
+    kernels the devices go a pass of the products' devices at a time (four, or two on a uint64 ring
+    with AMX) on their seed's rows, expanded once for all its devices
+    (:meth:`~secemb.fss._projection_kernels.Products.project_parts`: no (n, L) array): with AMX their
+    byte planes straight from the parts, no vector formed; else, or for parts that are not
+    C-contiguous, their vectors in a scratch; otherwise ``x`` is formed and projected as
+    :func:`project_each` does.
 
     Raises
     ------
