@@ -68,7 +68,7 @@ from secemb.fss.hashing import row_bytes, sha256_many, shake128_many
 from secemb.randomness import DRBG_DOMAIN  # drbg_key's prefix: a batch's AES-256 keys hashed in one sha256_many call
 
 __all__ = ["SKETCH_SEED_BYTES", "SKETCH_WORDS", "EXPAND_TAG", "Expanded", "expand", "leaf_hashes",
-           "SketchCheck", "device_inputs", "device_inputs_many", "server_inputs"]
+           "SketchCheck", "device_inputs", "device_inputs_many", "server_inputs", "server_inputs_many"]
 
 #: bytes of a device's sketch seed ``c_u``
 SKETCH_SEED_BYTES = 16
@@ -383,10 +383,40 @@ def server_inputs(values: np.ndarray, party: int) -> np.ndarray:
     ------
     InvalidParameters: ``party`` not 0 or 1, or ``values`` not uint64 (K, 3) in ``[0, p)``.
     """
+    if not isinstance(values, np.ndarray) or values.ndim != 2:
+        raise InvalidParameters(f"values must be uint64 (K, {SKETCH_WORDS}) below p, got "
+                                f"{getattr(values, 'dtype', type(values).__name__)} {getattr(values, 'shape', '')}")
+    return _shares(values.copy(), party)
+
+
+def server_inputs_many(values: Sequence[np.ndarray], party: int) -> np.ndarray:
+    """:func:`server_inputs` of ``n`` devices' values (uint64 (K, 3) each, one ``K``; another byte
+    order is read by value) as one array uint64 (n, K, 3): the values stacked (one copy), then
+    checked and (server 1) negated in place, not a new array each step.
+
+    Raises
+    ------
+    InvalidParameters: ``party`` not 0 or 1, or the values not ``n >= 1`` unsigned 64-bit (K, 3)
+        arrays of one shape in ``[0, p)``.
+    """
+    if not values or any(not isinstance(v, np.ndarray) or v.ndim != 2 for v in values):
+        raise InvalidParameters(f"values must be n >= 1 uint64 (K, {SKETCH_WORDS}) arrays below p")
+    try:
+        stacked = np.stack(values)
+    except ValueError as exc:  # arrays of different shapes
+        raise InvalidParameters(f"values must be uint64 (K, {SKETCH_WORDS}) arrays of one shape: {exc}") from None
+    return _shares(stacked, party)
+
+
+def _shares(x: np.ndarray, party: int) -> np.ndarray:
+    """Server ``party``'s shares of the sketch values ``x`` (uint64 (..., 3), an array of the
+    caller's to overwrite), checked: ``x`` itself (server 0), or negated mod ``p`` in place
+    (server 1; the elements :func:`secemb.fss.field.neg` gives); or InvalidParameters."""
     if party not in (0, 1):
         raise InvalidParameters(f"party must be 0 or 1, got {party!r}")
-    if values.ndim != 2 or values.shape[1] != SKETCH_WORDS or values.dtype != np.uint64 or (
-            values.size and values.max() >= field.P):
-        raise InvalidParameters(f"values must be uint64 (K, {SKETCH_WORDS}) below p, got {values.dtype} "
-                                f"{values.shape}")
-    return values.copy() if party == 0 else field.neg(values)
+    if x.shape[-1] != SKETCH_WORDS or x.dtype != np.uint64 or (x.size and x.max() >= field.P):
+        raise InvalidParameters(f"values must be uint64 (K, {SKETCH_WORDS}) below p, got {x.dtype} "
+                                f"{x.shape[1:] if x.ndim == 3 else x.shape}")
+    if party:
+        np.subtract(np.uint64(field.P), x, out=x, where=x != 0)  # -v = p - v, and -0 = 0
+    return x
