@@ -583,9 +583,8 @@ def server1_shares(params: SketchParams, sigmas: Sequence[bytes]) -> np.ndarray:
     n, count = len(sigmas), params.proof_length
     rows = np.frombuffer(b"".join(_seeds("sigma", sigmas, n, SEED_BYTES)), np.uint8)
     digests, keys = _share_keys(rows.reshape(n, SEED_BYTES))
-    seed_list = row_bytes(digests)
     if not kernels.compiled():
-        return F.expand_many(seed_list, count)
+        return F.expand_many(row_bytes(digests), count)
     from secemb.fss._rangeproof_kernels import CTR_BLOCKS, ctr_streams, top_bits
 
     size = F.ELEMENT_BYTES * count
@@ -595,7 +594,7 @@ def server1_shares(params: SketchParams, sigmas: Sequence[bytes]) -> np.ndarray:
     held = np.empty(n, bool)
     top_bits(out, held)  # the top 61 bits of each word, as expand reads them, and the rows that hold p
     for i in np.flatnonzero(held).tolist():
-        out[i] = F.expand(seed_list[i], count)
+        out[i] = F.expand(digests[i].tobytes(), count)
     return out
 
 

@@ -8,6 +8,7 @@ per-device function it replaces, bit for bit, errors included."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 
@@ -195,3 +196,46 @@ def test_server_inputs_many_is_each_devices_server_inputs(party: int) -> None:
 def test_server_inputs_many_refuses(values: list[np.ndarray], party: int, why: str) -> None:
     with pytest.raises(InvalidParameters):
         server_inputs_many(values, party)
+
+
+@compiled_only
+def test_server1_shares_make_a_held_row_again_from_its_share_seed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row whose stream holds ``p`` (about ``2^-54``; forced here: the search reports row 1 and its
+    words are spoiled) is made again by ``field.expand`` of that device's share seed: the rows are
+    each seed's expansion all the same, the others untouched by the redo."""
+    from secemb.fss import _rangeproof_kernels as R
+
+    params = S.SketchParams(250)
+    sigmas = [os.urandom(16) for _ in range(3)]
+    real = R.top_bits
+
+    def held_row_1(out: np.ndarray, held: np.ndarray) -> None:
+        real(out, held)
+        out[1] = 0
+        held[1] = True
+
+    monkeypatch.setattr(R, "top_bits", held_row_1)
+    got = S.server1_shares(params, sigmas)
+    for row, sigma in zip(got, sigmas, strict=True):
+        assert row.tolist() == F.expand(S.share_seed(sigma), params.proof_length).tolist()
+
+
+@pytest.mark.parametrize("n", [0, 1, 3, 5, 20])
+@pytest.mark.parametrize("mp", [1, 3, 32, 37])
+def test_expand_streams_are_each_seeds_ctr_stream(backend: str, n: int, mp: int) -> None:
+    """The sketch seeds' coefficients (the compiled path keys the streams from the SHAKE rows as
+    they are, no bytes made) are, on either backend, each ``s_r``'s
+    :func:`secemb.randomness.expand_seed` stream read as 16-byte integers mod ``p``, and ``r^2``."""
+    from secemb.fss.sketch import expand
+    from secemb.randomness import expand_seed
+
+    seeds = [os.urandom(16) for _ in range(n)]
+    ex = expand(seeds, mp)
+    assert ex.r.shape == ex.r2.shape == (n, mp) and ex.keys.shape == (n, 16)
+    for u, seed in enumerate(seeds):
+        blob = hashlib.shake_128(b"secemb-sketch-expand" + seed).digest(32)
+        assert ex.keys[u].tobytes() == blob[:16]
+        stream = expand_seed(blob[16:], (2 * mp,), np.dtype("<u8")).tobytes()
+        want = [int.from_bytes(stream[16 * x : 16 * x + 16], "little") % P for x in range(mp)]
+        assert ex.r[u].tolist() == want
+        assert ex.r2[u].tolist() == [w * w % P for w in want]
