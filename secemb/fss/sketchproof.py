@@ -535,18 +535,11 @@ def well_formed(params: SketchParams, msgs: Sequence[bytes | memoryview]) -> np.
     (``params.proof_bytes`` bytes of field elements below ``p``), read as one buffer: a batch's
     intake checks its messages in one pass, then names a refused one's fault with
     :func:`check_message`."""
-    return _read(params, msgs)[1]
-
-
-def _read(params: SketchParams, msgs: Sequence[bytes | memoryview]) -> tuple[np.ndarray, np.ndarray]:
-    """The words of the messages of ``params.proof_bytes`` bytes, ``(k, proof_length)`` read-only
-    (one join: every message's when all are of that size), and :func:`well_formed`'s verdicts."""
     sized = [i for i, m in enumerate(msgs) if _nbytes(m) == params.proof_bytes]
-    joined = b"".join(msgs if len(sized) == len(msgs) else [msgs[i] for i in sized])
-    words = np.frombuffer(joined, dtype="<u8").reshape(len(sized), params.proof_length)
+    words = np.frombuffer(b"".join(msgs[i] for i in sized), dtype="<u8").reshape(len(sized), params.proof_length)
     out = np.zeros(len(msgs), bool)
     out[sized] = words.max(axis=1, initial=0) < _P
-    return words, out
+    return out
 
 
 def parse(params: SketchParams, msgs: Sequence[bytes | memoryview]) -> np.ndarray:
@@ -559,11 +552,14 @@ def parse(params: SketchParams, msgs: Sequence[bytes | memoryview]) -> np.ndarra
         If a message is not ``params.proof_bytes`` bytes or holds an element not below ``p``; the
         error names the first bad message's index (:func:`check_message`'s errors).
     """
-    words, ok = _read(params, msgs)
-    bad = np.flatnonzero(~ok)
-    if bad.size:
-        check_message(params, msgs[int(bad[0])], int(bad[0]))  # raises: the first bad one's fault, named
-    return words.astype(np.uint64)  # every message sized: the words of all, in order
+    sized = all(_nbytes(m) == params.proof_bytes for m in msgs)
+    if sized:  # the usual batch: one join and one maximum
+        words = np.frombuffer(b"".join(msgs), dtype="<u8").reshape(len(msgs), params.proof_length)
+        if not words.size or words.max() < _P:
+            return words.astype(np.uint64)
+    bad = int(np.flatnonzero(~well_formed(params, msgs))[0])
+    check_message(params, msgs[bad], bad)  # raises (it refuses what well_formed does): the first bad one's fault
+    raise InvalidMessage(f"sketch proof {bad}: malformed")  # whatever check_message becomes, never the words
 
 
 def server1_shares(params: SketchParams, sigmas: Sequence[bytes]) -> np.ndarray:
@@ -732,7 +728,7 @@ def encode_verifier_messages(params: SketchParams, v: np.ndarray, refused: np.nd
         return F.to_bytes(v)
     if not isinstance(refused, np.ndarray) or refused.dtype != np.bool_ or refused.shape != (len(v),):
         raise InvalidParameters(f"refused must be a bool array ({len(v)},)")
-    return F.to_bytes(np.where(refused[:, None], _REFUSED, v))
+    return F.to_bytes(np.where(refused[:, None], _REFUSED, v) if refused.any() else v)
 
 
 def parse_verifier_messages(params: SketchParams, data: bytes, n: int) -> tuple[np.ndarray, np.ndarray]:

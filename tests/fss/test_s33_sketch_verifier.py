@@ -239,3 +239,17 @@ def test_expand_streams_are_each_seeds_ctr_stream(backend: str, n: int, mp: int)
         want = [int.from_bytes(stream[16 * x : 16 * x + 16], "little") % P for x in range(mp)]
         assert ex.r[u].tolist() == want
         assert ex.r2[u].tolist() == [w * w % P for w in want]
+
+
+def test_encode_without_a_refusal_is_the_messages_bytes() -> None:
+    """``encode_verifier_messages`` with no device refused writes the messages as they are (no
+    marker substituted), the same bytes as without ``refused``; one refused device gets the marker."""
+    params = S.SketchParams(20)
+    v = _elements(4, params.verifier_length)
+    none = np.zeros(4, bool)
+    assert S.encode_verifier_messages(params, v, none) == S.encode_verifier_messages(params, v) == F.to_bytes(v)
+    one = none.copy()
+    one[2] = True
+    data = S.encode_verifier_messages(params, v, one)
+    size = params.verifier_bytes
+    assert data[2 * size : 3 * size] == b"\xff" * size and data[:2 * size] == F.to_bytes(v[:2])
