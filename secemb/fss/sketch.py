@@ -421,9 +421,14 @@ def _shares(x: np.ndarray, party: int) -> np.ndarray:
     (server 1; the elements :func:`secemb.fss.field.neg` gives); or InvalidParameters."""
     if party not in (0, 1):
         raise InvalidParameters(f"party must be 0 or 1, got {party!r}")
-    if x.shape[-1] != SKETCH_WORDS or x.dtype != np.uint64 or (x.size and x.max() >= field.P):
+    fits = x.shape[-1] == SKETCH_WORDS and x.dtype == np.uint64
+    if fits and kernels.compiled():  # the check and the negation in one compiled pass (the same elements)
+        fits = bool(_compiled_sketch().shares_core(x.reshape(-1, copy=False), party == 1))  # a view: negated in place
+    elif fits:
+        fits = not x.size or x.max() < field.P
+        if fits and party:
+            np.subtract(np.uint64(field.P), x, out=x, where=x != 0)  # -v = p - v, and -0 = 0
+    if not fits:
         raise InvalidParameters(f"values must be uint64 (K, {SKETCH_WORDS}) below p, got {x.dtype} "
                                 f"{x.shape[1:] if x.ndim == 3 else x.shape}")
-    if party:
-        np.subtract(np.uint64(field.P), x, out=x, where=x != 0)  # -v = p - v, and -0 = 0
     return x

@@ -253,3 +253,26 @@ def test_encode_without_a_refusal_is_the_messages_bytes() -> None:
     data = S.encode_verifier_messages(params, v, one)
     size = params.verifier_bytes
     assert data[2 * size : 3 * size] == b"\xff" * size and data[:2 * size] == F.to_bytes(v[:2])
+
+
+@pytest.mark.parametrize("party", [0, 1])
+def test_shares_pass_equals_the_reference(party: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``server_inputs`` / ``server_inputs_many`` on the compiled pass (check and negation at once)
+    and on numpy: the same shares, and the same refusal of an element at ``p`` or above wherever it
+    is (first, last, after zeros)."""
+    values = [_elements(250, 3) for _ in range(3)]
+    values[0][0] = [0, P - 1, 1]
+    got = {}
+    for backend in ["numpy"] + (["numba"] if kernels.available() else []):
+        monkeypatch.setattr(kernels, "BACKEND", backend)
+        got[backend] = (server_inputs_many(values, party), server_inputs(values[1], party))
+        for at, word in ((0, P), (-1, 2**64 - 1), (400, P + 1)):
+            bad = [v.copy() for v in values]
+            bad[2].reshape(-1)[at] = word
+            with pytest.raises(InvalidParameters, match="below p"):
+                server_inputs_many(bad, party)
+            with pytest.raises(InvalidParameters, match="below p"):
+                server_inputs(bad[2], party)
+    for a, b in zip(got["numpy"], got.get("numba", got["numpy"]), strict=True):
+        assert np.array_equal(a, b)
+    assert np.array_equal(got["numpy"][1], got["numpy"][0][1])
