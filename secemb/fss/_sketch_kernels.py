@@ -2,9 +2,11 @@
 :meth:`secemb.fss.sketch.SketchCheck.add` calls with the compiled kernels -- the vector loop
 :func:`sketch_accumulate_ifma` where the CPU has VAES and AVX-512 IFMA
 (:data:`secemb.fss._aesni.IFMA`), else the scalar loop :func:`sketch_accumulate_scalar` -- and
-:func:`sketch_schedules`, the devices' AES-128 round keys.  Both loops equal the numpy reference
-there bit for bit, and Python integers with OpenSSL's AES (``tests/fss/test_s29_sketch.py``,
-the scalar loop also in a process that hides IFMA or VAES).
+:func:`sketch_schedules`, the devices' AES-128 round keys, and :func:`shares_core`, the servers'
+input shares of the sketches checked and (server 1) negated in one pass
+(:func:`secemb.fss.sketch.server_inputs`).  Both loops equal the numpy reference there bit for bit,
+and Python integers with OpenSSL's AES (``tests/fss/test_s29_sketch.py``, the scalar loop also in a
+process that hides IFMA or VAES).
 
 The IFMA loop hands each key's run of leaves (its rows in a group are consecutive leaves at
 consecutive positions) to :func:`secemb.fss._aesni.sketch_leaves`, which keeps the AES blocks

@@ -2,7 +2,11 @@
 the field part of :func:`secemb.fss.sketchproof.prove`, :func:`messages_core`, that of
 :func:`secemb.fss.sketchproof.verifier_messages`, and :func:`decide_core`,
 :func:`secemb.fss.sketchproof.decide`'s arithmetic; :func:`prove_many_core`, :func:`prove_core` of a
-batch of devices in one call (:func:`secemb.fss.sketchproof.prove_many`).
+batch of devices in one call (:func:`secemb.fss.sketchproof.prove_many`); :func:`verifier_core` and
+:func:`verify_core`, a server's whole :func:`~secemb.fss.sketchproof.verifier_messages` and
+:func:`~secemb.fss.sketchproof.verify` after the SHAKE-128 batches (the coefficients reduced, the
+query points, their Lagrange rows, :func:`messages_core` and :func:`decide_core` in one call), and
+:func:`verifier_words`, the other server's messages read in one pass.
 
 The same linear maps and gadget as the numpy reference in :mod:`secemb.fss.sketchproof` (its
 ``_prove_inputs`` and ``_share``, ``_messages_reference``, and ``decide``'s numpy lines), in ``F_p``

@@ -117,7 +117,17 @@ the Lagrange rows take the points as their innermost loop, and server 1's stream
 searched for ``p`` in one pass: on the calls of a captured ``bench robust`` bounded round (20
 devices, 300 repeats, 3 alternating processes of each tree; helper G, 2 shared cores under load 6.5)
 :func:`verifier_messages` 113 against 190 us (minimum; medians 120 against 211), :func:`verify` 120
-against 199 (128 against 210), :func:`server1_shares` 33 against 48.
+against 199 (128 against 210), :func:`server1_shares` 33 against 48.  Since session 33 each of
+:func:`verifier_messages` and :func:`verify` is one compiled call after the two SHAKE-128 batches
+(:func:`secemb.fss._sketchproof_kernels.verifier_core`, :func:`~secemb.fss._sketchproof_kernels.verify_core`:
+the coefficients' reduction, the points, the Lagrange rows, the messages and the decision, the same
+kernels in the same order), the other server's messages are read in one pass
+(:func:`~secemb.fss._sketchproof_kernels.verifier_words`), :func:`parse` joins a well-sized batch
+once and the servers' input shares are stacked, checked and negated in one pass
+(:func:`secemb.fss.sketch.server_inputs_many`): on a captured ``bench robust`` bounded round (20
+devices, caches flushed before each call, 400 calls of each tree alternated in one process; helper
+Q, 2 shared cores under load 9-10) the server's ``verify_answer`` 0.926 and ``verify_rejected``
+0.825 of the session-32 code's thread CPU (medians of the paired ratios).
 """
 
 from __future__ import annotations
