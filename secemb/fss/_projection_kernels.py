@@ -50,24 +50,21 @@ registers tried (2 x 2 tiles of sums, 1 x 2 double-buffered) was reliably faster
 AVX-512's masked adds on bit planes of the entries, which two ports of 512-bit work bound at 16 terms a
 cycle, by this arithmetic 1.33 times ``vpsignd``'s 12.
 
-Session 33 (helper V; thread CPU, interleaved pairs, 2 shared cores at load 6-10) split a 20-device call in the
+Session 33 (helper V; thread CPU, interleaved pairs, 2 shared cores at load 6-13) split a 20-device call in the
 bench's flow (medians a call, the pieces timed inside it): project_affine 0.89-0.96 ms, the five tile_products
 0.28-0.30 (planes included), the 20 affine_vector 0.27-0.31, the stream's AES 0.08-0.09, its expansion 0.06-0.07,
-the checks of parts and seeds 0.06, the rest Python.  Kept: :meth:`Products.project_parts` forms the byte planes
-of a pass of devices straight from their affine parts (:func:`affine_part`, :func:`affine_planes`, then
-:func:`plane_products`), no vector scratch and no second pass over it: project_affine in the flow 1122 -> 982
-and 1078 -> 999 us (medians of 8 and 10 pairs, pair ratios 0.79-1.87, medians 1.15 and 1.08), alone 883 -> 806
-(1.03); a modest gain, since the parts' 2.6 MB come from L3 at about 10 GB/s either way.  Tried, none faster:
-a step of the tile loop takes 100-165 ns whichever way the 8 tiles are used (3 x 1 as here; 2 x 2, 27-52 ns a
-product against 32-55 but for 32 rows only, so 40 rows need a second pass; 1 x 3; 3 x 1 with the B tile
-double-buffered, 150 against 97; the third tile of rows and of sums 8 rows high), with its tiles in L1 or L2
-alike, so fewer passes over ``t`` would not pay; software prefetch of the next devices' parts spread over the
-tile loop (16-32 lines a step, to L1, L2 or L3: 1.01-1.15x slower) or 1-16 KiB ahead in :func:`affine_vector`
-(within noise); the planes formed a device a call (1.07-1.3x slower: perhaps each device's 16 bytes of a row,
-a line of planes written four times over); four blocks of planes a shuffle in :func:`word_planes` (0.79x on a
+the checks of parts and seeds 0.06, the rest Python.  Tried, none reliably faster, none kept: a step of the tile
+loop takes 100-165 ns whichever way the 8 tiles are used (3 x 1 as here; 2 x 2, 27-52 ns a product against
+32-55 but for 32 rows only, so 40 rows need a second pass; 1 x 3; 3 x 1 with the B tile double-buffered, 150
+against 97; the third tile of rows and of sums 8 rows high), with its tiles in L1 or L2 alike, so fewer passes
+over ``t`` would not pay; software prefetch of the next devices' parts spread over the tile loop (16-32 lines a
+step, to L1, L2 or L3: 1.01-1.15x slower) or 1-16 KiB ahead in :func:`affine_vector` (within noise); the byte
+planes formed straight from the affine parts, no vector scratch (a device a call: 1.07-1.3x slower; a pass of
+four devices a call, branch ``V-planes``: project_affine's median pair ratios 1.15, 1.08 and 0.99 in three runs
+of the bench's flow, 1.03-1.06 alone); four blocks of planes a shuffle in :func:`word_planes` (0.79x on a
 group's warm vectors); each thread keeping its :class:`Products` between calls (1.00x in the flow, where
 ``keeping_round_heap`` already spares the page faults).  What is left is bound by this machine's AMX issue rate
-and by the parts' read from L3.
+and by the parts' 2.6 MB read from L3 (about 10 GB/s here).
 """
 
 from __future__ import annotations
@@ -76,7 +73,7 @@ import ctypes
 import functools
 import platform
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import numpy as np
 from llvmlite import ir
@@ -489,185 +486,46 @@ def word_planes(x: np.ndarray, at: np.ndarray, planes: np.ndarray) -> None:  # p
                     bytes_in[k, step * m + 4 * p + q] = np.uint8(x[at[m], j] >> _word(x, 8 * p)) if j < length else 0
 
 
-#: lanes of :func:`_affine_run`'s vectors (16 uint32 or 8 uint64 words: 512 bits, or two 256-bit halves)
-AFFINE_BITS = 512
-
-
-@intrinsic
-def _affine_run(typingctx, like, target, sums, terms, factor, flip, count):  # noqa: ANN001, ANN201 - numba intrinsic
-    """``target[i] = ((sums[i] + factor terms[i]) ^ flip) - flip`` for ``i < count`` in the ring words of the array
-    ``like`` (uint32 or uint64; ``factor`` and ``flip`` such words, ``flip`` zero to keep or all ones to negate:
-    two's complement), ``target``, ``sums`` and ``terms`` the addresses of contiguous words: one 512-bit vector a
-    pass and the rest one word at a time.  (Numba's own loop over slices of the arrays compiled to scalar
-    multiplies and reference counts: 2 to 3 times slower.)"""
-    bits = like.dtype.bitwidth
-    sig = types.void(like, target, sums, terms, factor, flip, count)
-
-    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
-        word = ir.IntType(bits)
-        lanes = AFFINE_BITS // bits
-        vector = ir.VectorType(word, lanes)
-        _, target, sums, terms, factor, flip, count = args
-        factor, flip = (builder.trunc(v, word) if v.type.width > bits else v for v in (factor, flip))
-        spread = [builder.insert_element(ir.Constant(vector, None), v, ir.Constant(_I32, 0)) for v in (factor, flip)]
-        factors, flips = (builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(_I32, lanes), [0] * lanes))
-                          for v in spread)
-
-        def loop(name: str, kind: ir.Type, start: ir.Value, end: ir.Value, per: int,
-                 factor: ir.Value, flip: ir.Value) -> ir.Value:
-            head, body, done = (builder.append_basic_block(f"{name}.{part}") for part in ("head", "body", "done"))
-            entry = builder.block
-            builder.branch(head)
-            builder.position_at_end(head)
-            i = builder.phi(_I64)
-            i.add_incoming(start, entry)
-            builder.cbranch(builder.icmp_signed("<", builder.add(i, ir.Constant(_I64, per - 1)), end), body, done)
-            builder.position_at_end(body)
-            pointers = [builder.gep(builder.inttoptr(v, word.as_pointer()), [i]) for v in (target, sums, terms)]
-            got = [builder.load(builder.bitcast(q, kind.as_pointer()), align=bits // 8) for q in pointers[1:]]
-            value = builder.sub(builder.xor(builder.add(got[0], builder.mul(factor, got[1])), flip), flip)
-            builder.store(value, builder.bitcast(pointers[0], kind.as_pointer()), align=bits // 8)
-            i.add_incoming(builder.add(i, ir.Constant(_I64, per)), body)
-            builder.branch(head)
-            builder.position_at_end(done)
-            return i
-
-        whole = loop("vectors", vector, ir.Constant(_I64, 0), count, lanes, factors, flips)
-        loop("words", word, whole, count, 1, factor, flip)
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-#: words :func:`affine_planes` forms a device before it transposes them: 64 rows of the planes, 1 or 2 KiB
-AFFINE_CHUNK = 256
-
-
-@njit(cache=True, nogil=True)
-def affine_part(base: np.ndarray, count: np.ndarray, words: np.ndarray, tail: np.ndarray, width: int,
-                addresses: np.ndarray, counts: np.ndarray, tails: np.ndarray, k: int) -> bool:  # pragma: no cover
-    """Device ``k`` of a pass of :func:`affine_planes`: the addresses of its ``base`` and ``words`` (ring (S, w))
-    into ``addresses[k]`` (int64 (>= k + 1, 2)), its ``count`` (integer (S,)) as ring words into ``counts[k]``
-    (ring (>= k + 1, S), the same truncation as :func:`affine_vector`'s) and its ``tail`` (ring (P,)) into
-    ``tails[k]`` (ring (>= k + 1, P)).  Returns ``False`` and writes nothing unless ``base`` and ``words`` are
-    C-contiguous (S, ``width``) of the ring's words, ``count`` and ``tail`` of their lengths and ``k`` a row of
-    the scratches: :func:`affine_planes` reads the addresses raw (the caller keeps the arrays alive)."""
-    slots, per = counts.shape[1], counts.itemsize
-    if (not 0 <= k < min(addresses.shape[0], counts.shape[0], tails.shape[0]) or base.shape[0] != slots
-            or base.shape[1] != width or words.shape[0] != slots or words.shape[1] != width or count.shape[0] != slots
-            or tail.shape[0] != tails.shape[1] or base.itemsize != per or words.itemsize != per
-            or tail.itemsize != per or (base.size and (base.strides[1] != per or base.strides[0] != per * width
-                                                       or words.strides[1] != per or words.strides[0] != per * width))):
-        return False  # (an empty base or words is never read: its strides are any)
-    addresses[k, 0] = base.ctypes.data
-    addresses[k, 1] = words.ctypes.data
-    for a in range(slots):
-        counts[k, a] = _word(counts, count[a])
-    for p in range(tails.shape[1]):
-        tails[k, p] = tail[p]
-    return True
-
-
-@njit(cache=True, nogil=True)
-def affine_planes(addresses: np.ndarray, width: int, counts: np.ndarray, tails: np.ndarray, devices: int,
-                  negate: bool, planes: np.ndarray) -> None:  # pragma: no cover - compiled
-    """:func:`word_planes` of :func:`affine_vector`'s vectors ``x_m = ((-1)^negate (base_m + count_m[:, None]
-    words_m)).ravel() || tail_m`` of the first ``devices`` devices that :func:`affine_part` noted with this
-    ``width`` (every one of them: the caller checks), into columns ``P m .. P m + P - 1`` of ``planes`` (uint32
-    (>= ceil(L / 4), >= P devices), C-contiguous; ``P`` the bytes of a word, ``L = S w + P``), zero where
-    ``4 k + q >= L``, for every row of ``planes``; its other columns untouched.  No ``x_m`` is formed:
-    :data:`AFFINE_CHUNK` words of each device at a time go to a small buffer (:func:`_affine_run`; it stays in
-    L1) and from there, a row of the planes of all the devices at a time, to the planes (:func:`_plane_bytes`)."""
-    slots, per = counts.shape[1], counts.itemsize
-    length = slots * width + tails.shape[1]
-    if (width < 0 or not 0 <= devices <= min(addresses.shape[0], counts.shape[0], tails.shape[0])
-            or planes.strides[1] != 4 or planes.strides[0] != 4 * planes.shape[1] or planes.shape[0] < -(-length // 4)
-            or planes.shape[1] < per * devices):
-        raise ValueError("affine_planes: parts or planes of the wrong shape")
-    zero = _word(counts, 0)
-    flip = zero - _word(counts, 1) if negate else zero
-    buffer = np.empty((max(1, devices), AFFINE_CHUNK), counts.dtype)
-    row, step, first = planes.strides[0], 4 * per, planes.ctypes.data
-    a = e = d = 0  # the next word: base[a, e] while a < slots, then tail[d]
-    for lo in range(0, 4 * planes.shape[0], AFFINE_CHUNK):
-        n = min(AFFINE_CHUNK, 4 * planes.shape[0] - lo)
-        f = 0
-        while f < n and a < slots:
-            run = min(width - e, n - f)
-            for m in range(devices):
-                at = (a * width + e) * per
-                _affine_run(counts, buffer[m].ctypes.data + f * per, addresses[m, 0] + at,  # type: ignore[call-arg]
-                            addresses[m, 1] + at, counts[m, a], flip, run)
-            f, e = f + run, e + run
-            if e == width:
-                a, e = a + 1, 0
-        run = min(tails.shape[1] - d, n - f)
-        for m in range(devices):
-            for i in range(run):
-                buffer[m, f + i] = tails[m, d + i]
-            for i in range(f + run, n):
-                buffer[m, i] = zero
-        f, d = f + run, d + run
-        for k in range(n // 4):
-            for m in range(devices):
-                _plane_bytes(counts, buffer[m].ctypes.data + k * step,  # type: ignore[call-arg]  # numba's stub
-                             first + (lo // 4 + k) * row + m * step)
-
-
-@njit(cache=True, nogil=True)
-def plane_products(t: np.ndarray, rows: int, out: np.ndarray, to: np.ndarray, planes: np.ndarray, sums: np.ndarray,
-                   config: np.ndarray) -> None:  # pragma: no cover - compiled
-    """``out[to[m], i] = sum_j t_i[j] x_m[j] mod 2^k`` (rows ``i < rows``) by AMX (:func:`tiles`; the caller checks)
-    for the devices ``m < to.size`` whose byte planes ``planes`` holds in columns ``P m .. P m + P - 1`` (``P``
-    the bytes of a word of ``out``, 4 or 8: :func:`word_planes`, :func:`affine_planes`), at most
-    ``planes.shape[1] / P`` of them: ``t`` int8 (steps, R, 64), ``R`` a multiple of :data:`TILE_COLUMNS`,
-    C-contiguous (:func:`expand_steps`' rows in blocks of a step's 64 entries, so that a tile of 16 rows is 1 KiB
-    read in order; its other entries any: they meet zero bytes or give sums no device reads), ``planes`` uint32
-    (``16 steps``, a multiple of 16) and scratch ``sums`` int32 (``R``, ``planes.shape[1]``), C-contiguous,
-    ``config`` :data:`TILE_CONFIG`.  For each :data:`TILE_COLUMNS` rows and 16 planes the int32 sums ``S_p =
-    sum_j t_i[j] (x_m[j] >> 8 p & 255)`` (:func:`_tile_sums`; exact: ``|S_p| <= 255 L < 2^31``), then
-    ``out[to[m], i] = sum_p 2^(8 p) S_p mod 2^k``."""
-    per, width, steps, height = out.itemsize, planes.shape[1], t.shape[0], t.shape[1]
-    if (height % TILE_COLUMNS or t.shape[2] != TILE_BYTES or steps * TILE_BYTES > TILE_LENGTH or width % TILE_ROWS
-            or per * to.size > width or planes.shape[0] != TILE_ROWS * steps or rows > height or rows > out.shape[1]
-            or sums.shape[0] != height or sums.shape[1] != width
-            or t.strides[2] != 1 or t.strides[1] != TILE_BYTES or t.strides[0] != TILE_BYTES * height
-            or planes.strides[1] != 4 or planes.strides[0] != 4 * width or sums.strides[1] != 4
-            or sums.strides[0] != 4 * width):
-        raise ValueError("plane_products: rows, planes or sums of the wrong shape")
-    for m in range(to.size):  # numba checks no index: none may leave out
-        if not 0 <= to[m] < out.shape[0]:
-            raise ValueError("plane_products: a device's row out of out's shape")
-    for n in range(0, -(-per * to.size // TILE_ROWS) * TILE_ROWS, TILE_ROWS):
-        for i in range(0, height, TILE_COLUMNS):
-            _tile_sums(config.ctypes.data, t.ctypes.data + i * TILE_BYTES, TILE_BYTES,  # type: ignore[call-arg]
-                       TILE_BYTES * height, planes.ctypes.data + 4 * n, 4 * width,
-                       sums.ctypes.data + 4 * (i * width + n), 4 * width, steps)
-    for m in range(to.size):
-        for i in range(rows):
-            acc = _word(out, 0)
-            for p in range(per):
-                acc += _word(out, sums[i, per * m + p]) << _word(out, 8 * p)
-            out[to[m], i] = acc
-
-
 @njit(cache=True, nogil=True)
 def tile_products(t: np.ndarray, rows: int, x: np.ndarray, at: np.ndarray, out: np.ndarray, to: np.ndarray,
                   planes: np.ndarray, sums: np.ndarray, config: np.ndarray) -> None:  # pragma: no cover - compiled
     """:func:`ternary_products`'s ``out[to[m]] = t x[at[m]] mod 2^k`` (rows ``i < rows``) by AMX (:func:`tiles`;
-    the caller checks) for ``x`` (n, L) of at most :data:`TILE_LENGTH` words, ``64 steps >= L``, with ``t``,
-    ``planes``, ``sums`` and ``config`` as :func:`plane_products` takes them: the devices go ``planes.shape[1] /
-    P`` a pass (``P`` the bytes of a word), their byte planes (:func:`word_planes`), then their products
-    (:func:`plane_products`)."""
-    per, width = x.itemsize, planes.shape[1]
-    if (x.shape[1] > t.shape[0] * TILE_BYTES or width % TILE_ROWS or width < per or at.size != to.size
-            or out.itemsize != per):
+    the caller checks) for ``x`` (n, L) of at most :data:`TILE_LENGTH` words, with ``t`` int8 (steps, R, 64),
+    ``R`` a multiple of :data:`TILE_COLUMNS`, ``64 steps >= L``, C-contiguous (:func:`expand_steps`' rows in
+    blocks of a step's 64 entries, so that a tile of 16 rows is 1 KiB read in order; its other entries any:
+    they meet zero bytes or give sums no device reads), scratches ``planes`` uint32 (``16 steps``, a multiple
+    of 16) and ``sums`` int32 (``R``, ``planes.shape[1]``), C-contiguous, and ``config`` :data:`TILE_CONFIG`.
+    The devices go ``planes.shape[1] / P`` a pass (``P`` the bytes of a word): their byte planes
+    (:func:`word_planes`), then for each :data:`TILE_COLUMNS` rows and 16 planes the int32 sums ``S_p =
+    sum_j t_i[j] (x_m[j] >> 8 p & 255)`` (:func:`_tile_sums`; exact: ``|S_p| <= 255 L < 2^31``) and
+    ``out[to[m], i] = sum_p 2^(8 p) S_p mod 2^k``."""
+    per, width, steps, height = x.itemsize, planes.shape[1], t.shape[0], t.shape[1]
+    if (height % TILE_COLUMNS or t.shape[2] != TILE_BYTES or steps * TILE_BYTES > TILE_LENGTH
+            or x.shape[1] > steps * TILE_BYTES or width % TILE_ROWS or width < per
+            or planes.shape[0] != TILE_ROWS * steps or rows > height or rows > out.shape[1] or sums.shape[0] != height
+            or sums.shape[1] != width
+            or t.strides[2] != 1 or t.strides[1] != TILE_BYTES or t.strides[0] != TILE_BYTES * height
+            or planes.strides[1] != 4 or planes.strides[0] != 4 * width or sums.strides[1] != 4
+            or sums.strides[0] != 4 * width or at.size != to.size):
         raise ValueError("tile_products: rows, planes or sums of the wrong shape")
+    for m in range(at.size):  # numba checks no index: none may leave out (word_planes checks at)
+        if not 0 <= to[m] < out.shape[0]:
+            raise ValueError("tile_products: a device's row out of out's shape")
     group = width // per
     for lo in range(0, at.size, group):
         devices = min(group, at.size - lo)
         word_planes(x, at[lo : lo + devices], planes)
-        plane_products(t, rows, out, to[lo : lo + devices], planes, sums, config)
+        for n in range(0, -(-per * devices // TILE_ROWS) * TILE_ROWS, TILE_ROWS):
+            for i in range(0, height, TILE_COLUMNS):
+                _tile_sums(config.ctypes.data, t.ctypes.data + i * TILE_BYTES, TILE_BYTES,  # type: ignore[call-arg]
+                           TILE_BYTES * height, planes.ctypes.data + 4 * n, 4 * width,
+                           sums.ctypes.data + 4 * (i * width + n), 4 * width, steps)
+        for m in range(devices):
+            for i in range(rows):
+                acc = _word(out, 0)
+                for p in range(per):
+                    acc += _word(out, sums[i, per * m + p]) << _word(out, 8 * p)
+                out[to[lo + m], i] = acc
 
 
 class Products:
@@ -683,7 +541,6 @@ class Products:
 
     def __init__(self, dtype: np.dtype, rows: int, length: int) -> None:
         self.rows, self.tiles = rows, length <= TILE_LENGTH and tiles()
-        self.dtype, self.length = np.dtype(dtype), length
         if self.tiles:
             steps = max(1, -(-length // TILE_BYTES))
             self.t = np.empty((steps, -(-rows // TILE_COLUMNS) * TILE_COLUMNS, TILE_BYTES), np.int8)
@@ -694,7 +551,6 @@ class Products:
             self.t = np.empty((rows, 4 * -(-length // 4)), np.int8)
             self.group = TILE
             self._products = products_for(dtype)
-        self._parts: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def expand(self, stream: np.ndarray, s: int) -> None:
         """The rows of stream ``s`` of ``stream`` (uint8 (c, rows ceil(L / 4))) into the scratch."""
@@ -718,32 +574,3 @@ class Products:
             raise ValueError(f"project: device indices at {at.shape} and to {to.shape} must lie in x {x.shape} and "
                              f"out {out.shape}, x at most {self.t.shape[1]} words and out at least {self.rows} rows")
         self._products(self.t, x, at, out, to)
-
-    def project_parts(self, parts: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]], negate: bool,
-                      out: np.ndarray, to: np.ndarray) -> None:
-        """``out[to[m], :rows] = t x_m mod 2^k`` on the rows last expanded, for at most :attr:`group` devices
-        ``to`` (intp), each ``x_m`` in affine form ``parts[to[m]] = (base, count, words, tail)``
-        (:func:`affine_vector`'s; the caller checks that all have ``dtype``, one shape and ``L`` words).  On the
-        tile path their byte planes straight from the parts (:func:`affine_part`, :func:`affine_planes`) and
-        their products (:func:`plane_products`); else, or where a part is not C-contiguous, the vectors in a
-        scratch (:func:`affine_vector`) and :meth:`project`."""
-        base = parts[int(to[0])][0] if to.size else None
-        if self.tiles and base is not None and base.ndim == 2:
-            slots, width, dense = base.shape[0], base.shape[1], self.length - base.size
-            if self._parts is None or self._parts[1].shape[1] != slots or self._parts[2].shape[1] != dense:
-                self._parts = (np.empty((self.group, 2), np.int64), np.empty((self.group, slots), self.dtype),
-                               np.empty((self.group, max(0, dense)), self.dtype))
-            addresses, counts, tails = self._parts
-            for k, d in enumerate(to.tolist()):
-                base, count, words, tail = parts[d]
-                if not affine_part(base, count, words, tail, width, addresses, counts, tails, k):
-                    break
-            else:
-                affine_planes(addresses, width, counts, tails, to.size, negate, self.planes)
-                plane_products(self.t, self.rows, out, to, self.planes, self.sums, TILE_CONFIG)
-                return
-        vectors = np.empty((self.group, self.length), self.dtype)
-        for k, d in enumerate(to.tolist()):
-            base, count, words, tail = parts[d]
-            affine_vector(base, count, words, negate, tail, vectors[k])
-        self.project(vectors, np.arange(to.size), out, to)

@@ -350,12 +350,10 @@ def project_affine(seeds: Sequence[bytes] | np.ndarray, negate: bool, parts: Seq
     -------
     ring array (n, rows) of the parts' dtype, equal to ``project_each(seeds, x, rows)`` for ``x``
     the stacked vectors (bit for bit: ``tests/fss/test_s21_bound_speed.py``).  With the compiled
-    kernels the devices go a pass of the products' devices at a time (four, or two on a uint64 ring
-    with AMX) on their seed's rows, expanded once for all its devices
-    (:meth:`~secemb.fss._projection_kernels.Products.project_parts`: no (n, L) array): with AMX their
-    byte planes straight from the parts, no vector formed; else, or for parts that are not
-    C-contiguous, their vectors in a scratch; otherwise ``x`` is formed and projected as
-    :func:`project_each` does.
+    kernels the vectors are computed a pass of the products' devices at a time (four, or two on a
+    uint64 ring with AMX) into a scratch and projected on their seed's rows, expanded once for all
+    its devices (:mod:`secemb.fss._projection_kernels`: no (n, L) array); otherwise ``x`` is formed
+    and projected as :func:`project_each` does.
 
     Raises
     ------
@@ -377,13 +375,18 @@ def project_affine(seeds: Sequence[bytes] | np.ndarray, negate: bool, parts: Seq
                 np.negative(sparse, out=sparse)
             x[d, base.size :] = tail
         return project_each(seeds, x, rows)
-    from secemb.fss._projection_kernels import Products
+    from secemb.fss._projection_kernels import Products, affine_vector
 
     acc, products = np.empty((n, rows), dtype), Products(dtype, rows, length)
+    xs, tile = np.empty((products.group, length), dtype), np.arange(products.group)
     for stream, devices, which in _chunks(seeds, n, rows, length):
         for s in range(stream.shape[0]):
             products.expand(stream, s)
             some = devices[which == s]
             for lo in range(0, some.size, products.group):
-                products.project_parts(parts, bool(negate), acc, some[lo : lo + products.group])
+                to = some[lo : lo + products.group]
+                for k, d in enumerate(to.tolist()):
+                    base, count, words, tail = parts[d]
+                    affine_vector(base, count, words, bool(negate), tail, xs[k])
+                products.project(xs, tile[: to.size], acc, to)
     return acc
