@@ -202,6 +202,32 @@ def query_core(points, wire_weights, gadget_weights, half, chunk, n_real, rho_wo
 
 
 @njit(cache=True, nogil=True)
+def verifier_batch(points, wire_weights, gadget_weights, rho_words, place, f, top, delta, server0,  # noqa: ANN001, ANN201, PLR0913
+                   x, proofs, calls, slots, ring, out):
+    """A batch's verifier messages in one call (:func:`secemb.fss.rangeproof.verifier_messages`' compiled
+    path; :func:`secemb.fss.rangeproof._verify_reference` of :func:`secemb.fss.rangeproof._query` is its
+    reference): the query of the ``points`` (uint64 (Q,)) and the ``rho_words`` (:func:`query_core`, over
+    the wire and gadget nodes of the ``wire_weights`` (M + 2,) and ``gadget_weights`` (4M + 5,), with
+    ``place``, ``f`` and ``top``), then :func:`verifier_core` of the devices' shares ``x``, ``proofs``,
+    coefficients ``calls``, ``slots`` and ``ring`` (uint64) under it, with ``delta``, into ``out``; the
+    slot sums and the constant are server 0's (``server0``), zeros for server 1.  One call a batch
+    instead of the query's allocations and call and the verifier's call: the same field elements."""
+    n_points, c = points.size, slots.shape[2]
+    wire_rows = np.empty((n_points, wire_weights.size), np.uint64)
+    gadget_columns = np.empty((gadget_weights.size, n_points), np.uint64)
+    pads = np.empty((n_points, c), np.uint64)
+    witness = np.empty(rho_words.shape[0] * place.size, np.uint64)
+    ring_column = np.empty(rho_words.shape[0], np.uint64)
+    constant = query_core(points, wire_weights, gadget_weights, calls.shape[2], c, x.shape[1], rho_words, place, f,
+                          top, wire_rows, gadget_columns, pads, witness, ring_column)
+    if not server0:  # server 1's share of the wires' 1 and of the relation's constant is 0
+        pads[:, :] = 0
+        constant = np.uint64(0)
+    verifier_core(x, proofs, calls, slots, ring, wire_rows, pads, gadget_columns, delta, witness, ring_column,
+                  constant, out)
+
+
+@njit(cache=True, nogil=True)
 def top_bits(words, held):  # noqa: ANN001, ANN201
     """Each of ``words`` (uint64 (n, W), in place) shifted right by 3 -- its top 61 bits, as
     :func:`secemb.fss.field.expand` reads a stream's words -- and ``held[i]`` (bool (n,)) set to
@@ -217,15 +243,32 @@ def top_bits(words, held):  # noqa: ANN001, ANN201
         held[i] = hit
 
 
+@njit(inline="always")
+def _below_p(v, width):  # noqa: ANN001, ANN202
+    """Whether the first ``width`` words of every row of ``v`` (uint64 (n, >= width)) are below ``p``."""
+    for d in range(v.shape[0]):
+        for k in range(width):
+            if v[d, k] >= _P:
+                return False
+    return True
+
+
 @njit(cache=True, nogil=True)
 def decide_core(v0, v1, wires, ok):  # noqa: ANN001, ANN201
     """:func:`secemb.fss.rangeproof.decide`'s verdict per device ``d`` (its numpy code is the
     reference) into ``ok[d]`` (bool (n,)), for verifier messages ``v0, v1`` uint64 (n, 2L + 3 +
-    4) whose field elements are below ``p`` (checked by the caller), ``L = wires``: ``z = 0``, at
-    both query points ``sum_j y_2j y_2j+1' (y_2j+1' - 1) (y_2j+1' - 2) = g`` with ``y`` the summed
-    wires (``y' = y_2j+1``) and ``g`` the summed gadget value, and the joint randomness equal."""
+    4), ``L = wires``: ``z = 0``, at both query points ``sum_j y_2j y_2j+1' (y_2j+1' - 1)
+    (y_2j+1' - 2) = g`` with ``y`` the summed wires (``y' = y_2j+1``) and ``g`` the summed gadget
+    value, and the joint randomness equal.  First it checks that their field elements (the first
+    ``2L + 3`` words of a row) are below ``p``: it returns 1 if one of ``v0``'s is not, else 2 if
+    one of ``v1``'s is not (then ``ok`` is not written), else 0 -- the check the caller's numpy
+    path makes with two reductions."""
     n = v0.shape[0]
     opened = 2 * wires + 3
+    if not _below_p(v0, opened):
+        return 1
+    if not _below_p(v1, opened):
+        return 2
     one, two = np.uint64(1), np.uint64(2)
     for d in range(n):
         good = _add(v0[d, 0], v1[d, 0]) == 0
@@ -241,6 +284,7 @@ def decide_core(v0, v1, wires, ok):  # noqa: ANN001, ANN201
         for k in range(opened, v0.shape[1]):
             good = good and v0[d, k] == v1[d, k]
         ok[d] = good
+    return 0
 
 
 # -- AES-256-CTR streams (AES-NI): server 1's expansion of a batch's proof seeds ------------------------
