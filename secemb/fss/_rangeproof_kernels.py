@@ -21,6 +21,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from secemb.fss._keccak import _shake_rows
+
 _P = np.uint64((1 << 61) - 1)
 _LO32 = np.uint64(0xFFFFFFFF)
 _LO29 = np.uint64((1 << 29) - 1)
@@ -202,29 +204,55 @@ def query_core(points, wire_weights, gadget_weights, half, chunk, n_real, rho_wo
 
 
 @njit(cache=True, nogil=True)
-def verifier_batch(points, wire_weights, gadget_weights, rho_words, place, f, top, delta, server0,  # noqa: ANN001, ANN201, PLR0913
-                   x, proofs, calls, slots, ring, out):
-    """A batch's verifier messages in one call (:func:`secemb.fss.rangeproof.verifier_messages`' compiled
-    path; :func:`secemb.fss.rangeproof._verify_reference` of :func:`secemb.fss.rangeproof._query` is its
-    reference): the query of the ``points`` (uint64 (Q,)) and the ``rho_words`` (:func:`query_core`, over
-    the wire and gadget nodes of the ``wire_weights`` (M + 2,) and ``gadget_weights`` (4M + 5,), with
-    ``place``, ``f`` and ``top``), then :func:`verifier_core` of the devices' shares ``x``, ``proofs``,
-    coefficients ``calls``, ``slots`` and ``ring`` (uint64) under it, with ``delta``, into ``out``; the
-    slot sums and the constant are server 0's (``server0``), zeros for server 1.  One call a batch
-    instead of the query's allocations and call and the verifier's call: the same field elements."""
-    n_points, c = points.size, slots.shape[2]
+def verifier_batch(coefficient_prefix, joints, points, wire_weights, gadget_weights, rho_words, place, f, top,  # noqa: ANN001, ANN201, PLR0913
+                   delta, server0, x, proofs, ring, out):
+    """A block's verifier messages in one call (:func:`secemb.fss.rangeproof.verifier_messages`' compiled
+    path; :func:`secemb.fss.rangeproof._verify_reference` of :func:`secemb.fss.rangeproof._coefficients`
+    and :func:`secemb.fss.rangeproof._query` is its reference), the same words:
+
+    * each device's coefficients from its joint randomness ``joints[d]`` (uint8 (n, 32)): the top 60
+      bits of the little-endian words of ``SHAKE-128(coefficient_prefix || jr)``
+      (:func:`secemb.fss._keccak._shake_rows`), ``r, r'`` (``M/2`` each) then ``s, s'`` (``c``
+      each, ``c`` from ``out``'s width ``4c + 7``);
+    * the query of the ``points`` (uint64 (Q,)) and the ``rho_words`` (:func:`query_core`, over the wire
+      and gadget nodes of the ``wire_weights`` (M + 2,) and ``gadget_weights`` (4M + 5,), with ``place``,
+      ``f`` and ``top``); the slot sums and the constant are server 0's (``server0``), zeros for server 1;
+    * :func:`verifier_core` of the devices' shares ``x``, ``proofs`` and ``ring`` (uint64) under them,
+      with ``delta``, into ``out[:, :4c + 3]``, and each ``jr`` as 4 little-endian words after it.
+
+    One call a block instead of the coefficients' and the query's calls and allocations."""
+    n, width = joints.shape[0], out.shape[1]
+    half, c = (wire_weights.size - 2) // 2, (width - 7) // 4
+    words = np.empty((n, 2 * (half + c)), np.uint64)
+    _shake_rows(coefficient_prefix, joints, words)
+    calls = np.empty((n, 2, half), np.uint64)
+    slots = np.empty((n, 2, c), np.uint64)
+    four = np.uint64(4)
+    for d in range(n):
+        for h in range(2):
+            for k in range(half):
+                calls[d, h, k] = words[d, h * half + k] >> four
+            for i in range(c):
+                slots[d, h, i] = words[d, 2 * half + h * c + i] >> four
+    n_points = points.size
     wire_rows = np.empty((n_points, wire_weights.size), np.uint64)
     gadget_columns = np.empty((gadget_weights.size, n_points), np.uint64)
     pads = np.empty((n_points, c), np.uint64)
     witness = np.empty(rho_words.shape[0] * place.size, np.uint64)
     ring_column = np.empty(rho_words.shape[0], np.uint64)
-    constant = query_core(points, wire_weights, gadget_weights, calls.shape[2], c, x.shape[1], rho_words, place, f,
+    constant = query_core(points, wire_weights, gadget_weights, half, c, x.shape[1], rho_words, place, f,
                           top, wire_rows, gadget_columns, pads, witness, ring_column)
     if not server0:  # server 1's share of the wires' 1 and of the relation's constant is 0
         pads[:, :] = 0
         constant = np.uint64(0)
     verifier_core(x, proofs, calls, slots, ring, wire_rows, pads, gadget_columns, delta, witness, ring_column,
                   constant, out)
+    for d in range(n):
+        for j in range(width - 4 * c - 3):
+            w = np.uint64(0)
+            for b in range(8):
+                w |= np.uint64(joints[d, 8 * j + b]) << np.uint64(8 * b)
+            out[d, 4 * c + 3 + j] = w
 
 
 @njit(cache=True, nogil=True)

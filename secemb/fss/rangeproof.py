@@ -138,16 +138,18 @@ Sizes are in :class:`RangeParams`.  The servers' work is vectorized over the dev
 witness: the query is computed once a batch, the wires of all devices come from shared Lagrange rows
 times the batch's witness shares (the prover extends its wires to the nodes ``M+2..4M+4`` the same
 way, ``O(M N)`` multiply-adds), and what is per device is ``O(c + M)`` field operations besides.
-With the compiled kernels (:func:`secemb.fss.kernels.compiled`) that is one pass a batch in
-:func:`secemb.fss._rangeproof_kernels.verifier_core`, its devices the innermost loop (``O(N + L +
-M)`` multiply-adds a device and query point, no fixed cost a batch); otherwise one matrix product
-(:func:`secemb.fss.field.matmul`, float64 BLAS in limbs) for all devices, the same field elements.
-Per device it makes O(1) hashes: the own part, unless the caller has it already (:func:`own_parts`;
-one :func:`secemb.fss.hashing.sha256_many` batch where the devices' contexts are of one length, as
-:func:`hints_of` and :func:`seed_parts` hash a batch's parts), ``jr`` (one hashlib call a device)
-and SHAKE-128 for the ``2 (M/2 + c)`` coefficients (one :func:`secemb.fss.hashing.shake128_many`
-batch: the Keccak kernel, eight devices a permutation, where the compiled kernels run); the query is
-one compiled call a batch (:func:`secemb.fss._rangeproof_kernels.query_core`); at server 1, one
+With the compiled kernels (:func:`secemb.fss.kernels.compiled`) that is one call a batch,
+:func:`secemb.fss._rangeproof_kernels.verifier_batch`, which forms the query's maps from its
+randomness (:func:`_draw`; :func:`secemb.fss._rangeproof_kernels.query_core`) and makes one pass
+over the devices, the innermost loop (:func:`secemb.fss._rangeproof_kernels.verifier_core`: ``O(N +
+L + M)`` multiply-adds a device and query point); otherwise the query's maps in numpy
+(:func:`_query`) and one matrix product (:func:`secemb.fss.field.matmul`, float64 BLAS in limbs) for
+all devices, the same field elements.  Per device it makes O(1) hashes, each kind one
+:func:`secemb.fss.hashing.sha256_many` batch where the devices' contexts are of one length (else one
+hashlib call a device): the own part, unless the caller has it already (:func:`own_parts`, as
+:func:`hints_of` and :func:`seed_parts` hash a batch's parts), and ``jr`` (:func:`_joints`); and
+SHAKE-128 for the ``2 (M/2 + c)`` coefficients (one :func:`secemb.fss.hashing.shake128_many`
+batch: the Keccak kernel, eight devices a permutation, where the compiled kernels run); at server 1, one
 AES-CTR expansion (:func:`parse`: a batch's seeds in one :func:`secemb.fss.field.expand_many`
 call).  Server 0 parses a batch's messages and hashes its parts once for its request and its
 verdicts (:meth:`secemb.protocols.secemb.server.SecEmbServer.bound_request`), and checks a batch's
@@ -203,6 +205,9 @@ PART_BYTES = 32
 _JOINT_WORDS = PART_BYTES // 8
 _DOMAIN = b"secemb/fss/rangeproof/v1/"
 _P = np.uint64(F.P)
+#: the prefix of each device's coefficients' SHAKE-128 input (:func:`_coefficients`), and as uint8 (read-only)
+_COEFFICIENT_PREFIX = _DOMAIN + b"coefficients"
+_COEFFICIENT_ROW = np.frombuffer(_COEFFICIENT_PREFIX, np.uint8)
 # words before the elements of a message to server 0: blind_0 and part_1
 _HEAD_WORDS = (SEED_BYTES + PART_BYTES) // 8
 # devices per block in verifier_messages: bounds its temporaries (at rows 40, t 26 a block's largest is
@@ -458,7 +463,7 @@ def _coefficients(params: RangeParams, joints: Sequence[bytes] | np.ndarray) -> 
     width = 2 * (half + c)
     rows = joints if isinstance(joints, np.ndarray) else \
         np.frombuffer(b"".join(joints), np.uint8).reshape(len(joints), PART_BYTES)
-    words = shake128_many(_DOMAIN + b"coefficients", rows, 8 * width).view("<u8").astype(np.uint64) >> np.uint64(4)
+    words = shake128_many(_COEFFICIENT_PREFIX, rows, 8 * width).view("<u8").astype(np.uint64) >> np.uint64(4)
     return words[:, : 2 * half].reshape(-1, 2, half), words[:, 2 * half :].reshape(-1, 2, c)
 
 
@@ -954,22 +959,23 @@ def _verify_block(params: RangeParams, party: int, shares: ProofShares, ring: np
                   query: _Draw | _Query, own: np.ndarray | None) -> np.ndarray:
     """:func:`verifier_messages` of a block of devices (``shares`` theirs; ``own``: this server's parts
     as rows of uint8 (n, 32), or None to hash them here): their joint randomness as one batch
-    (:func:`_joints`) and its coefficients, then the field part in one compiled call
+    (:func:`_joints`), then their coefficients and the field part in one compiled call
     (:func:`secemb.fss._rangeproof_kernels.verifier_batch`, of the query's randomness, :func:`_draw`)
-    or in numpy (:func:`_verify_reference` of its maps, :func:`_query`)."""
+    or in numpy (:func:`_coefficients`, :func:`_verify_reference` of the query's maps, :func:`_query`)."""
     n = len(shares)
     own = _part_rows(party, contexts, shares.keys, _hashed_inputs(shares)) if own is None else own
     joints = _joints(contexts, *((own, shares.hints) if party == 0 else (shares.hints, own)))
-    calls, slots = _coefficients(params, joints)
     msg = np.empty((n, params.verifier_length), dtype=np.uint64)
-    msg[:, params.opened_length :] = joints.view("<u8")
-    if isinstance(query, _Draw):  # the same field elements in one compiled call over the block's devices
+    if isinstance(query, _Draw):  # the same words in one compiled call over the block's devices
         f, place = _places(params)
         # x and proofs as parsed (views of one array a device): the kernel reads each once, into its transposed copy
-        _kernels().verifier_batch(query.points, F.barycentric(params.calls + 2), F.barycentric(params.gadget_nodes),
-                                  query.rho_words, place, np.uint64(f), np.uint64(1 << (2 * params.digits - 1)),
-                                  query.delta, party == 0, shares.inputs, shares.proofs, calls, slots, ring, msg)
+        _kernels().verifier_batch(_COEFFICIENT_ROW, joints, query.points, F.barycentric(params.calls + 2),
+                                  F.barycentric(params.gadget_nodes), query.rho_words, place, np.uint64(f),
+                                  np.uint64(1 << (2 * params.digits - 1)), query.delta, party == 0, shares.inputs,
+                                  shares.proofs, ring, msg)
         return msg
+    msg[:, params.opened_length :] = joints.view("<u8")
+    calls, slots = _coefficients(params, joints)
     _verify_reference(params, party, shares.inputs, shares.proofs, calls, slots, ring, query, msg)
     return msg
 

@@ -1,11 +1,13 @@
 """Session 33 (helper F, issue 34): the range proof's verifier in one compiled call a batch.
 
-* :func:`secemb.fss._rangeproof_kernels.verifier_batch` forms the batch's query from its randomness
-  (:func:`secemb.fss.rangeproof._draw`) in the call (:func:`~secemb.fss._rangeproof_kernels.query_core`)
-  and runs :func:`~secemb.fss._rangeproof_kernels.verifier_core` under it; :func:`rangeproof._query` (numpy,
-  Python ints in :func:`secemb.fss.field.lagrange_coefficients` on that backend) is its reference.  The
-  query's columns must be the reference's, element for element, and so must both servers' messages,
-  for every shape of the parameters (odd and even ``t``, one row, one digit) and batch size.
+* :func:`secemb.fss._rangeproof_kernels.verifier_batch` draws a block's coefficients from its joint
+  randomness (the Keccak kernel's SHAKE-128) and forms the batch's query from its randomness
+  (:func:`secemb.fss.rangeproof._draw`) in the call (:func:`~secemb.fss._rangeproof_kernels.query_core`),
+  then runs :func:`~secemb.fss._rangeproof_kernels.verifier_core` under them; :func:`rangeproof._coefficients`
+  and :func:`rangeproof._query` (numpy, Python ints in :func:`secemb.fss.field.lagrange_coefficients` on
+  that backend) are its reference.  The query's columns must be the reference's, element for element,
+  and so must both servers' messages, for every shape of the parameters (odd and even ``t``, one row,
+  one digit) and batch size.
 * :func:`rangeproof.decide`'s compiled path checks the field elements in its kernel
   (:func:`~secemb.fss._rangeproof_kernels.decide_core`): it must refuse exactly what the numpy path
   refuses, with the same error (the first bad array named), and give the same verdicts.
