@@ -8,9 +8,9 @@ witness and proof shares, the devices the innermost loop (since session 26;
 one pass a device before), in ``F_p`` (``p = 2^61 - 1``) with the
 arithmetic of :mod:`secemb.fss.field` (32-bit limbs, Mersenne reduction): the same linear maps as
 the numpy reference (``_verify_reference``'s matrix products), so the same field elements, bit for bit
-(``tests/fss/test_rangeproof.py``, ``tests/fss/test_s33_verifier_batch.py``).  The reference's products go through float64 BLAS in limbs,
-fast for large batches but a few hundred microseconds of fixed cost a call; here a device costs
-``O(Q (N + 2L + 4M))`` multiply-adds and a batch nothing more.
+(``tests/fss/test_rangeproof.py``, ``tests/fss/test_s33_verifier_batch.py``).  The reference's
+products go through float64 BLAS in limbs, fast for large batches but a few hundred microseconds of
+fixed cost a call; here a device costs ``O(Q (N + 2L + 4M))`` multiply-adds and a batch nothing more.
 """
 
 from __future__ import annotations
