@@ -318,6 +318,44 @@ def _range_answer_outcomes() -> dict[str, str]:
     return out
 
 
+def _range_refusal_outcomes() -> dict[str, str]:
+    """``verifier_messages``' argument checks (their errors, or the messages where taken): ring
+    shares negative, at ``2^k``, of other integer dtypes, bool, float, of another shape; contexts
+    and parts of the wrong count or type; short and bytearray query seeds; the other server's shares;
+    no devices."""
+    params, contexts, a, b, msgs0, msgs1 = _range_round(3, 5, 32, 3, (), False)
+    s0, s1 = R.parse(params, 0, msgs0), R.parse(params, 1, msgs1)
+    seed = _stream("refusals", 16)
+    parts = R.hints_of(params, contexts, msgs0)
+    out = {}
+    rings: dict[str, np.ndarray] = {"uint32": a.astype(np.uint32), "int64": a.astype(np.int64),
+                                    "uint16 wraps": a.astype(np.uint16), "bool": a.astype(bool),
+                                    "float": a.astype(float), "1-d": a[0], "transposed": np.ascontiguousarray(a.T)}
+    for d in (0, 2):
+        neg = a.astype(np.int64)
+        neg[d, -1] = -1
+        big = a.copy()
+        big[d, 0] = 1 << 32
+        int8 = a.astype(np.int8)
+        int8[d, 1] = -128
+        rings |= {f"negative@{d}": neg, f"2^k@{d}": big, f"int8@{d}": int8}
+    for name, ring in rings.items():
+        out[f"ring {name}"] = _outcome(lambda ring=ring: R.verifier_messages(params, 0, s0, ring, contexts, seed))
+    for name, kw in {"parts short": {"parts": [*parts[:2], parts[2][:31]]}, "parts n-1": {"parts": parts[:2]},
+                     "parts bytearray": {"parts": [bytearray(x) for x in parts]}, "parts given": {"parts": parts},
+                     "contexts str": {"contexts": [*contexts[:2], "x"]}, "contexts n+1": {"contexts": [*contexts, b""]},
+                     "seed 15": {"query_seed": seed[:15]}, "seed bytearray": {"query_seed": bytearray(seed)},
+                     "seed str": {"query_seed": "x" * 16}, "server 1's shares": {"shares": s1},
+                     "party 2": {"party": 2}}.items():
+        args = {"party": 0, "shares": s0, "ring_shares": a, "contexts": contexts, "query_seed": seed} | kw
+        out[name] = _outcome(lambda args=args: R.verifier_messages(params, **args))
+    none = R.parse(params, 0, [])
+    out["no devices"] = _outcome(lambda: R.verifier_messages(params, 0, none, a[:0], [], seed))
+    out["no devices decide"] = _outcome(lambda: R.decide(params, np.zeros((0, params.verifier_length), np.uint64),
+                                                         np.zeros((0, params.verifier_length), np.uint64)))
+    return out
+
+
 def _group(outcomes: dict[str, str]) -> str:
     """One digest of a group of outcomes (the keys and the outcomes)."""
     return hashlib.sha256(json.dumps(outcomes, sort_keys=True).encode()).hexdigest()[:16]
@@ -332,6 +370,7 @@ def outcomes() -> dict[str, object]:
     for case in RANGE_CASES:
         got[f"range {case}"] = _range_outcomes(*case)
     got["range answers"] = _group(_range_answer_outcomes())
+    got["range refusals"] = _range_refusal_outcomes()
     return got
 
 
@@ -504,6 +543,34 @@ REFERENCE: dict[str, object] = {
         "jr/40": [False, True, False, True, False],
     },
     "range answers": "fbb5f6976bee28f2",
+    "range refusals": {
+        "contexts n+1": "InvalidParameters: contexts must be 3 bytes objects",
+        "contexts str": "InvalidParameters: contexts must be 3 bytes objects",
+        "no devices": "ab33e07683193d80",
+        "no devices decide": "de6fe40a18e48c19",
+        "parts bytearray": "InvalidParameters: parts must be 3 bytes objects of 32 bytes",
+        "parts given": "a52ffce069f1d7ca",
+        "parts n-1": "InvalidParameters: parts must be 3 bytes objects of 32 bytes",
+        "parts short": "InvalidParameters: parts must be 3 bytes objects of 32 bytes",
+        "party 2": "InvalidParameters: shares are server 0"s, not server 2"s",
+        "ring 1-d": "InvalidParameters: ring_shares must be an integer array (3, 3), got uint64 (3,)",
+        "ring 2^k@0": "InvalidParameters: ring_shares must hold ring elements in [0, 2^32)",
+        "ring 2^k@2": "InvalidParameters: ring_shares must hold ring elements in [0, 2^32)",
+        "ring bool": "InvalidParameters: ring_shares must be an integer array (3, 3), got bool (3, 3)",
+        "ring float": "InvalidParameters: ring_shares must be an integer array (3, 3), got float64 (3, 3)",
+        "ring int64": "a52ffce069f1d7ca",
+        "ring int8@0": "InvalidParameters: ring_shares must hold ring elements in [0, 2^32)",
+        "ring int8@2": "InvalidParameters: ring_shares must hold ring elements in [0, 2^32)",
+        "ring negative@0": "InvalidParameters: ring_shares must hold ring elements in [0, 2^32)",
+        "ring negative@2": "InvalidParameters: ring_shares must hold ring elements in [0, 2^32)",
+        "ring transposed": "3df40a37bae06f66",
+        "ring uint16 wraps": "b59fd4e1b2263b31",
+        "ring uint32": "a52ffce069f1d7ca",
+        "seed 15": "InvalidParameters: query_seed must be at least 16 bytes",
+        "seed bytearray": "a52ffce069f1d7ca",
+        "seed str": "InvalidParameters: query_seed must be at least 16 bytes",
+        "server 1"s shares": "InvalidParameters: shares are server 1"s, not server 0"s",
+    },
     "round (1, 1, ())": {
         "arrays": "ffc5ad047e135223 a01c8c0de717edbd f28969da0d91bf63 54eac922a039d782 51cfa32fece0135f",
         "bent": [False],
@@ -627,6 +694,7 @@ def test_every_range_path_gives_session_32s_outcomes(backend: str) -> None:
         assert mine == REFERENCE[f"range {case}"], case
     if _group(_range_answer_outcomes()) != REFERENCE["range answers"]:
         pytest.fail(f"the range answers' outcomes differ from 27f20c0's: {_range_answer_outcomes()}")
+    assert _range_refusal_outcomes() == REFERENCE["range refusals"]
 
 
 def _shares_of(params: S.SketchParams, xs: np.ndarray, msgs_of: Callable[[int], bytes] | None = None) -> tuple:
