@@ -318,6 +318,44 @@ def _range_answer_outcomes() -> dict[str, str]:
     return out
 
 
+def _range_refusal_outcomes() -> dict[str, str]:
+    """``verifier_messages``' argument checks (their errors, or the messages where taken): ring
+    shares negative, at ``2^k``, of other integer dtypes, bool, float, of another shape; contexts
+    and parts of the wrong count or type; short and bytearray query seeds; the other server's shares;
+    no devices."""
+    params, contexts, a, b, msgs0, msgs1 = _range_round(3, 5, 32, 3, (), False)
+    s0, s1 = R.parse(params, 0, msgs0), R.parse(params, 1, msgs1)
+    seed = _stream("refusals", 16)
+    parts = R.hints_of(params, contexts, msgs0)
+    out = {}
+    rings: dict[str, np.ndarray] = {"uint32": a.astype(np.uint32), "int64": a.astype(np.int64),
+                                    "uint16 wraps": a.astype(np.uint16), "bool": a.astype(bool),
+                                    "float": a.astype(float), "1-d": a[0], "transposed": np.ascontiguousarray(a.T)}
+    for d in (0, 2):
+        neg = a.astype(np.int64)
+        neg[d, -1] = -1
+        big = a.copy()
+        big[d, 0] = 1 << 32
+        int8 = a.astype(np.int8)
+        int8[d, 1] = -128
+        rings |= {f"negative@{d}": neg, f"2^k@{d}": big, f"int8@{d}": int8}
+    for name, ring in rings.items():
+        out[f"ring {name}"] = _outcome(lambda ring=ring: R.verifier_messages(params, 0, s0, ring, contexts, seed))
+    for name, kw in {"parts short": {"parts": [*parts[:2], parts[2][:31]]}, "parts n-1": {"parts": parts[:2]},
+                     "parts bytearray": {"parts": [bytearray(x) for x in parts]}, "parts given": {"parts": parts},
+                     "contexts str": {"contexts": [*contexts[:2], "x"]}, "contexts n+1": {"contexts": [*contexts, b""]},
+                     "seed 15": {"query_seed": seed[:15]}, "seed bytearray": {"query_seed": bytearray(seed)},
+                     "seed str": {"query_seed": "x" * 16}, "server 1's shares": {"shares": s1},
+                     "party 2": {"party": 2}}.items():
+        args = {"party": 0, "shares": s0, "ring_shares": a, "contexts": contexts, "query_seed": seed} | kw
+        out[name] = _outcome(lambda args=args: R.verifier_messages(params, **args))
+    none = R.parse(params, 0, [])
+    out["no devices"] = _outcome(lambda: R.verifier_messages(params, 0, none, a[:0], [], seed))
+    out["no devices decide"] = _outcome(lambda: R.decide(params, np.zeros((0, params.verifier_length), np.uint64),
+                                                         np.zeros((0, params.verifier_length), np.uint64)))
+    return out
+
+
 def _group(outcomes: dict[str, str]) -> str:
     """One digest of a group of outcomes (the keys and the outcomes)."""
     return hashlib.sha256(json.dumps(outcomes, sort_keys=True).encode()).hexdigest()[:16]
@@ -332,6 +370,7 @@ def outcomes() -> dict[str, object]:
     for case in RANGE_CASES:
         got[f"range {case}"] = _range_outcomes(*case)
     got["range answers"] = _group(_range_answer_outcomes())
+    got["range refusals"] = _range_refusal_outcomes()
     return got
 
 
@@ -504,6 +543,34 @@ REFERENCE: dict[str, object] = {
         "jr/40": [False, True, False, True, False],
     },
     "range answers": "fbb5f6976bee28f2",
+    "range refusals": {
+        "contexts n+1": "InvalidParameters: contexts must be 3 bytes objects",
+        "contexts str": "InvalidParameters: contexts must be 3 bytes objects",
+        "no devices": "ab33e07683193d80",
+        "no devices decide": "de6fe40a18e48c19",
+        "parts bytearray": "InvalidParameters: parts must be 3 bytes objects of 32 bytes",
+        "parts given": "a52ffce069f1d7ca",
+        "parts n-1": "InvalidParameters: parts must be 3 bytes objects of 32 bytes",
+        "parts short": "InvalidParameters: parts must be 3 bytes objects of 32 bytes",
+        "party 2": "InvalidParameters: shares are server 0's, not server 2's",
+        "ring 1-d": "InvalidParameters: ring_shares must be an integer array (3, 3), got uint64 (3,)",
+        "ring 2^k@0": "InvalidParameters: ring_shares must hold ring elements in [0, 2^32)",
+        "ring 2^k@2": "InvalidParameters: ring_shares must hold ring elements in [0, 2^32)",
+        "ring bool": "InvalidParameters: ring_shares must be an integer array (3, 3), got bool (3, 3)",
+        "ring float": "InvalidParameters: ring_shares must be an integer array (3, 3), got float64 (3, 3)",
+        "ring int64": "a52ffce069f1d7ca",
+        "ring int8@0": "InvalidParameters: ring_shares must hold ring elements in [0, 2^32)",
+        "ring int8@2": "InvalidParameters: ring_shares must hold ring elements in [0, 2^32)",
+        "ring negative@0": "InvalidParameters: ring_shares must hold ring elements in [0, 2^32)",
+        "ring negative@2": "InvalidParameters: ring_shares must hold ring elements in [0, 2^32)",
+        "ring transposed": "3df40a37bae06f66",
+        "ring uint16 wraps": "b59fd4e1b2263b31",
+        "ring uint32": "a52ffce069f1d7ca",
+        "seed 15": "InvalidParameters: query_seed must be at least 16 bytes",
+        "seed bytearray": "a52ffce069f1d7ca",
+        "seed str": "InvalidParameters: query_seed must be at least 16 bytes",
+        "server 1's shares": "InvalidParameters: shares are server 1's, not server 0's",
+    },
     "round (1, 1, ())": {
         "arrays": "ffc5ad047e135223 a01c8c0de717edbd f28969da0d91bf63 54eac922a039d782 51cfa32fece0135f",
         "bent": [False],
@@ -627,6 +694,7 @@ def test_every_range_path_gives_session_32s_outcomes(backend: str) -> None:
         assert mine == REFERENCE[f"range {case}"], case
     if _group(_range_answer_outcomes()) != REFERENCE["range answers"]:
         pytest.fail(f"the range answers' outcomes differ from 27f20c0's: {_range_answer_outcomes()}")
+    assert _range_refusal_outcomes() == REFERENCE["range refusals"]
 
 
 def _shares_of(params: S.SketchParams, xs: np.ndarray, msgs_of: Callable[[int], bytes] | None = None) -> tuple:
@@ -745,6 +813,82 @@ def test_server_inputs_many_leaves_the_callers_arrays_alone(backend: str, party:
     for x, k in zip((a, b, c), kept, strict=True):
         assert x.dtype == k.dtype and np.array_equal(x, k)
     assert K.server_inputs(a, party).tolist() == want[0] and np.array_equal(a, kept[0])
+
+
+# --- the affine projections (helper V: byte planes straight from the parts) -------------------------------------
+
+
+def _affine_case(dtype: type, n: int, slots: int, width: int, dense: int, layout: str) -> list[tuple]:
+    """``n`` devices' affine parts: words at the ring's extremes, counts of several integer dtypes
+    with their extremes (negative ones wrap as ``astype`` does), in the ``layout`` asked (device 0, 1
+    or the last one's arrays made Fortran-order, reversed, strided or read-only views)."""
+    bits = np.dtype(dtype).itemsize * 8
+    out = []
+    for d in range(n):
+        base = np.frombuffer(secrets.token_bytes(slots * width * bits // 8), dtype).reshape(slots, width).copy()
+        words = np.frombuffer(secrets.token_bytes(slots * width * bits // 8), dtype).reshape(slots, width).copy()
+        base.reshape(-1)[:: 3] = np.iinfo(dtype).max
+        words.reshape(-1)[1::4] = np.iinfo(dtype).max
+        count = np.array([secrets.randbelow(1 << 20) - (1 << 19) for _ in range(slots)], np.int64)
+        count[0] = np.iinfo(np.int64).min if slots > 1 else -1
+        count = count.astype((np.int64, np.int8, np.uint16, np.uint64)[d % 4])
+        tail = np.frombuffer(secrets.token_bytes(dense * bits // 8), dtype).copy()
+        if layout != "contiguous" and d in {0, 1, n - 1} - ({0} if layout.endswith("later") else set()):
+            if layout.startswith("fortran"):
+                base, words = np.asfortranarray(base), np.asfortranarray(words)
+            elif layout.startswith("reversed"):
+                base, words = base[::-1].copy()[::-1], words[:, ::-1].copy()[:, ::-1]
+                count = count[::-1].copy()[::-1]
+            elif layout.startswith("strided"):
+                wide = np.zeros((slots, 2 * width), dtype)
+                wide[:, ::2] = words
+                words = wide[:, ::2]
+                long = np.zeros(2 * dense, dtype)
+                long[::2] = tail
+                tail = long[::2]
+            elif layout.startswith("read-only"):
+                for a in (base, words, tail):
+                    a.setflags(write=False)
+        out.append((base, count, words, tail))
+    return out
+
+
+def _affine_spec(parts: list[tuple], negate: bool, dtype: type) -> np.ndarray:
+    """The vectors of the parts in Python integers: ``((-1)^negate (base + count words)).ravel() || tail mod 2^k``."""
+    modulus = 1 << (np.dtype(dtype).itemsize * 8)
+    rows = []
+    for base, count, words, tail in parts:
+        sign = -1 if negate else 1
+        affine = [sign * (int(b) + int(c) * int(w)) % modulus
+                  for brow, c, wrow in zip(base.tolist(), count.tolist(), words.tolist(), strict=True)
+                  for b, w in zip(brow, wrow, strict=True)]
+        rows.append(affine + [int(t) for t in tail.tolist()])
+    return np.array(rows, dtype)
+
+
+@pytest.mark.parametrize(("dtype", "n", "slots", "width", "dense"), [
+    (np.uint32, 1, 1, 1, 0), (np.uint32, 5, 4, 64, 1), (np.uint64, 3, 2, 127, 3), (np.uint32, 9, 3, 85, 2),
+    (np.uint64, 2, 33, 7, 261)])
+def test_project_affine_is_project_each_of_the_vectors(dtype: type, n: int, slots: int, width: int,
+                                                       dense: int) -> None:
+    """``project_affine`` on the compiled backend (byte planes straight from C-contiguous parts on
+    AMX, the vectors' path for any other layout, also when a later device of a pass is the odd one)
+    equals the numpy backend's ``project_each`` of the vectors formed here in Python integers --
+    lengths around the planes' 256-word chunk and 4-word rows, 1 to 9 devices (passes of 2 and 4, a
+    short last one), seeds shared and not, both signs, every layout."""
+    from secemb.fss import projections
+
+    seeds = [secrets.token_bytes(16) for _ in range(n)]
+    if n > 2:
+        seeds[1] = seeds[n - 1]  # one challenge for two devices
+    for layout, negate in itertools.product(("contiguous", "fortran", "reversed", "strided", "read-only",
+                                             "fortran-later", "strided-later"), (False, True)):
+        parts = _affine_case(dtype, n, slots, width, dense, layout)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(kernels, "BACKEND", "numpy")
+            want = projections.project_each(seeds, _affine_spec(parts, negate, dtype), 40)
+        got = projections.project_affine(seeds, negate, parts, 40)
+        assert got.dtype == want.dtype and np.array_equal(got, want), (negate, layout)
 
 
 # --- findings ----------------------------------------------------------------------------------------------------
