@@ -45,6 +45,7 @@ import pytest
 from secemb.errors import InvalidMessage, InvalidParameters
 from secemb.fss import field as F
 from secemb.fss import kernels
+from secemb.fss import rangeproof as R
 from secemb.fss import sketch as K
 from secemb.fss import sketchproof as S
 
@@ -219,6 +220,142 @@ def _expand_outcomes() -> dict[str, str]:
     return out
 
 
+# --- the range proof (helper F's batched verifier) ----------------------------------------------------------------
+
+#: (rows, bits, ring bits, devices, cheaters, context lengths mixed); above 64 devices, two blocks
+RANGE_CASES = [(1, 2, 32, 1, (), False), (3, 5, 32, 3, (0,), True), (3, 5, 32, 4, (3,), False),
+               (7, 30, 32, 5, (0, 2, 4), True), (2, 3, 16, 2, (0, 1), False), (40, 26, 32, 3, (1,), True),
+               (4, 8, 58, 7, (6,), True), (1, 2, 32, 70, (0, 63, 64, 69), True), (2, 3, 32, 66, (64,), False)]
+
+
+def _range_round(rows: int, bits: int, ring_bits: int, n: int, cheats: tuple[int, ...], mixed: bool) -> tuple:
+    """Deterministic devices' messages: params, contexts, ring shares a (server 0) and b (server 1),
+    msgs0, msgs1; a cheater proves its honest witness with one element one more."""
+    params = R.RangeParams(rows, bits, ring_bits)
+    tag = f"r{rows}b{bits}k{ring_bits}n{n}"
+    half, mask = 1 << (bits - 1), (1 << ring_bits) - 1
+    contexts, a_rows, b_rows, msgs0, msgs1 = [], [], [], [], []
+    for d in range(n):
+        values = [v % (2 * half) - half for v in _ints(f"{tag}/v{d}", rows)]
+        values[d % rows] = (-half, half - 1, 0)[d % 3]  # the range's ends
+        a = [v & mask for v in _ints(f"{tag}/a{d}", rows)]
+        b = [(v - x) & mask for v, x in zip(values, a, strict=True)]
+        context = f"{tag}/device {d}".encode() + (b"+" * d if mixed else b"")
+        aa, bb = np.array(a, np.uint64), np.array(b, np.uint64)
+        if d in cheats:
+            x = R._witness(params, aa, bb)
+            x[(7 * d) % len(x)] = (int(x[(7 * d) % len(x)]) + 1) % P
+            m0, m1 = R._prove_witness(params, x, R._context(context), _rng(f"{tag}/p{d}"))
+        else:
+            m0, m1 = R.prove(params, aa, bb, context, _rng=_rng(f"{tag}/p{d}"))
+        contexts.append(context)
+        a_rows.append(aa)
+        b_rows.append(bb)
+        msgs0.append(m0)
+        msgs1.append(m1)
+    return params, contexts, np.array(a_rows), np.array(b_rows), msgs0, msgs1
+
+
+def _range_outcomes(rows: int, bits: int, ring_bits: int, n: int, cheats: tuple[int, ...], mixed: bool) -> dict:
+    params, contexts, a, b, msgs0, msgs1 = _range_round(rows, bits, ring_bits, n, cheats, mixed)
+    s0, s1 = R.parse(params, 0, msgs0), R.parse(params, 1, msgs1)
+    out: dict[str, object] = {}
+    for seed in (_stream(f"q{rows}/{n}", 16), _stream(f"q{rows}/{n}", 40)):
+        v0 = R.verifier_messages(params, 0, s0, a, contexts, seed)
+        v1 = R.verifier_messages(params, 1, s1, b.astype(np.uint32) if ring_bits <= 32 else b, contexts, seed)
+        hinted = R.verifier_messages(params, 0, s0, a, contexts, seed, parts=R.hints_of(params, contexts, msgs0))
+        seeded = R.verifier_messages(params, 1, s1, b, contexts, seed,
+                                     parts=R.seed_parts(contexts, [m[:16] for m in msgs1]))
+        assert np.array_equal(hinted, v0) and np.array_equal(seeded, v1)  # the parts given: the same messages
+        as_bytearrays = R.verifier_messages(params, 0, s0, a, [bytearray(c) for c in contexts], seed)
+        assert np.array_equal(as_bytearrays, v0)
+        got = R.parse_verifier_messages(params, F.to_bytes(v1), n)
+        jr = v1.copy()
+        jr[n // 2, -1] ^= np.uint64(1 << 63)  # server 1's jr word of one device off
+        bent = v1.copy()
+        bent[n - 1, 1] = (int(bent[n - 1, 1]) + 1) % P  # server 1's wire share of the last device off
+        key = len(seed)
+        out[f"arrays/{key}"] = f"{_digest(v0)} {_digest(v1)} {_digest(got)}"
+        out[f"decide/{key}"] = R.decide(params, v0, got).tolist()
+        out[f"jr/{key}"] = R.decide(params, v0, jr).tolist()
+        out[f"bent/{key}"] = R.decide(params, v0, bent).tolist()
+    return out
+
+
+def _put_word(data: bytes, at: int, word: int) -> bytes:
+    return _put(data, at, word)
+
+
+def _range_answer_outcomes() -> dict[str, str]:
+    """``parse_verifier_messages`` and ``decide`` on server 1's answer (3 devices) with one word
+    replaced -- in the opened field elements or the ``jr`` words, of the first, middle or last
+    device, by ``p - 1``, ``p``, ``2^61``, ``2^63``, ``2^64 - 1`` -- as bytes and memoryview, cut
+    and extended; ``decide`` with ``v0`` and ``v1`` swapped, of another batch size, other dtypes."""
+    params, contexts, a, b, msgs0, msgs1 = _range_round(3, 5, 32, 3, (1,), True)
+    seed = _stream("answer", 16)
+    v0 = R.verifier_messages(params, 0, R.parse(params, 0, msgs0), a, contexts, seed)
+    v1 = R.verifier_messages(params, 1, R.parse(params, 1, msgs1), b, contexts, seed)
+    body = F.to_bytes(v1)
+    width = params.verifier_length
+    out = {}
+    for d, at, word in itertools.product((0, 1, 2), (0, params.opened_length - 1, params.opened_length, width - 1),
+                                         (P - 1, P, 1 << 61, 1 << 63, (1 << 64) - 1)):
+        data = _put_word(body, d * width + at, word)
+        for name, n, blob in (("bytes", 3, data), ("memoryview", 3, memoryview(data)), ("n=2", 2, data),
+                              ("short", 3, data[:-1]), ("long", 3, data + bytes(8))):
+            def decided(n: int = n, blob: bytes = blob) -> np.ndarray:
+                return R.decide(params, v0[:n], R.parse_verifier_messages(params, blob, n))
+            out[f"{d}/{at}/{word}/{name}"] = _outcome(decided)
+        bad = np.frombuffer(data, "<u8").astype(np.uint64).reshape(3, width)
+        out[f"{d}/{at}/{word}/decide v1"] = _outcome(lambda bad=bad: R.decide(params, v0, bad))
+        out[f"{d}/{at}/{word}/decide v0"] = _outcome(lambda bad=bad: R.decide(params, bad, v1))
+        out[f"{d}/{at}/{word}/decide both"] = _outcome(lambda bad=bad: R.decide(params, bad, bad))
+    out["other n"] = _outcome(lambda: R.decide(params, v0, v1[:2]))
+    out["int64"] = _outcome(lambda: R.decide(params, v0, v1.astype(np.int64)))
+    out["1-d"] = _outcome(lambda: R.decide(params, v0, v1[0]))
+    out["str"] = _outcome(lambda: R.parse_verifier_messages(params, "x" * len(body), 3))
+    out["none"] = _outcome(lambda: R.parse_verifier_messages(params, None, 3))  # type: ignore[arg-type]
+    return out
+
+
+def _range_refusal_outcomes() -> dict[str, str]:
+    """``verifier_messages``' argument checks (their errors, or the messages where taken): ring
+    shares negative, at ``2^k``, of other integer dtypes, bool, float, of another shape; contexts
+    and parts of the wrong count or type; short and bytearray query seeds; the other server's shares;
+    no devices."""
+    params, contexts, a, b, msgs0, msgs1 = _range_round(3, 5, 32, 3, (), False)
+    s0, s1 = R.parse(params, 0, msgs0), R.parse(params, 1, msgs1)
+    seed = _stream("refusals", 16)
+    parts = R.hints_of(params, contexts, msgs0)
+    out = {}
+    rings: dict[str, np.ndarray] = {"uint32": a.astype(np.uint32), "int64": a.astype(np.int64),
+                                    "uint16 wraps": a.astype(np.uint16), "bool": a.astype(bool),
+                                    "float": a.astype(float), "1-d": a[0], "transposed": np.ascontiguousarray(a.T)}
+    for d in (0, 2):
+        neg = a.astype(np.int64)
+        neg[d, -1] = -1
+        big = a.copy()
+        big[d, 0] = 1 << 32
+        int8 = a.astype(np.int8)
+        int8[d, 1] = -128
+        rings |= {f"negative@{d}": neg, f"2^k@{d}": big, f"int8@{d}": int8}
+    for name, ring in rings.items():
+        out[f"ring {name}"] = _outcome(lambda ring=ring: R.verifier_messages(params, 0, s0, ring, contexts, seed))
+    for name, kw in {"parts short": {"parts": [*parts[:2], parts[2][:31]]}, "parts n-1": {"parts": parts[:2]},
+                     "parts bytearray": {"parts": [bytearray(x) for x in parts]}, "parts given": {"parts": parts},
+                     "contexts str": {"contexts": [*contexts[:2], "x"]}, "contexts n+1": {"contexts": [*contexts, b""]},
+                     "seed 15": {"query_seed": seed[:15]}, "seed bytearray": {"query_seed": bytearray(seed)},
+                     "seed str": {"query_seed": "x" * 16}, "server 1's shares": {"shares": s1},
+                     "party 2": {"party": 2}}.items():
+        args = {"party": 0, "shares": s0, "ring_shares": a, "contexts": contexts, "query_seed": seed} | kw
+        out[name] = _outcome(lambda args=args: R.verifier_messages(params, **args))
+    none = R.parse(params, 0, [])
+    out["no devices"] = _outcome(lambda: R.verifier_messages(params, 0, none, a[:0], [], seed))
+    out["no devices decide"] = _outcome(lambda: R.decide(params, np.zeros((0, params.verifier_length), np.uint64),
+                                                         np.zeros((0, params.verifier_length), np.uint64)))
+    return out
+
+
 def _group(outcomes: dict[str, str]) -> str:
     """One digest of a group of outcomes (the keys and the outcomes)."""
     return hashlib.sha256(json.dumps(outcomes, sort_keys=True).encode()).hexdigest()[:16]
@@ -230,6 +367,10 @@ def outcomes() -> dict[str, object]:
     got["parse"] = _group(_parse_outcomes())
     got["answers"] = _group(_answer_outcomes())
     got["expand"] = _expand_outcomes()
+    for case in RANGE_CASES:
+        got[f"range {case}"] = _range_outcomes(*case)
+    got["range answers"] = _group(_range_answer_outcomes())
+    got["range refusals"] = _range_refusal_outcomes()
     return got
 
 
@@ -245,6 +386,191 @@ REFERENCE: dict[str, object] = {
         "9/33": "3338fe8886603c93 05ecfa2ac8d70f48 2fdac30d73a6df3e",
     },
     "parse": "7aa7fb79e79d4f04",
+    "range (1, 2, 32, 1, (), False)": {
+        "arrays/16": "6172e28eaef9d0e0 03209ed414f25775 03209ed414f25775",
+        "arrays/40": "aff7c30a95252adb 4bb2675115b7c471 4bb2675115b7c471",
+        "bent/16": [False],
+        "bent/40": [False],
+        "decide/16": [True],
+        "decide/40": [True],
+        "jr/16": [False],
+        "jr/40": [False],
+    },
+    "range (1, 2, 32, 70, (0, 63, 64, 69), True)": {
+        "arrays/16": "6b28da6ad145a97e cf57e47fdf29261d cf57e47fdf29261d",
+        "arrays/40": "d066c5deb503a378 0b0a2124a4bf426e 0b0a2124a4bf426e",
+        "bent/16": [
+            False, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True,
+            True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True,
+            True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True,
+            True, True, True, True, True, True, True, True, True, True, True, True, False, False, True, True, True,
+            True, False,
+        ],
+        "bent/40": [
+            False, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True,
+            True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True,
+            True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True,
+            True, True, True, True, True, True, True, True, True, True, True, True, False, False, True, True, True,
+            True, False,
+        ],
+        "decide/16": [
+            False, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True,
+            True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True,
+            True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True,
+            True, True, True, True, True, True, True, True, True, True, True, True, False, False, True, True, True,
+            True, False,
+        ],
+        "decide/40": [
+            False, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True,
+            True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True,
+            True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True,
+            True, True, True, True, True, True, True, True, True, True, True, True, False, False, True, True, True,
+            True, False,
+        ],
+        "jr/16": [
+            False, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True,
+            True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True,
+            True, False, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True,
+            True, True, True, True, True, True, True, True, True, True, True, True, False, False, True, True, True,
+            True, False,
+        ],
+        "jr/40": [
+            False, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True,
+            True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True,
+            True, False, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True,
+            True, True, True, True, True, True, True, True, True, True, True, True, False, False, True, True, True,
+            True, False,
+        ],
+    },
+    "range (2, 3, 16, 2, (0, 1), False)": {
+        "arrays/16": "f059add1a0b556bb 7e723b2bba36d905 7e723b2bba36d905",
+        "arrays/40": "ae2e0c251b7219cf 97f7814b9e8a6b5a 97f7814b9e8a6b5a",
+        "bent/16": [False, False],
+        "bent/40": [False, False],
+        "decide/16": [False, False],
+        "decide/40": [False, False],
+        "jr/16": [False, False],
+        "jr/40": [False, False],
+    },
+    "range (2, 3, 32, 66, (64,), False)": {
+        "arrays/16": "cc964e58a985078e f6f54060e3b7a509 f6f54060e3b7a509",
+        "arrays/40": "b7b75edc5069acc2 07499ab54da63d9b 07499ab54da63d9b",
+        "bent/16": [
+            True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True,
+            True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True,
+            True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True,
+            True, True, True, True, True, True, True, True, True, True, True, True, True, False, False,
+        ],
+        "bent/40": [
+            True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True,
+            True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True,
+            True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True,
+            True, True, True, True, True, True, True, True, True, True, True, True, True, False, False,
+        ],
+        "decide/16": [
+            True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True,
+            True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True,
+            True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True,
+            True, True, True, True, True, True, True, True, True, True, True, True, True, False, True,
+        ],
+        "decide/40": [
+            True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True,
+            True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True,
+            True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True,
+            True, True, True, True, True, True, True, True, True, True, True, True, True, False, True,
+        ],
+        "jr/16": [
+            True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True,
+            True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, False,
+            True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True,
+            True, True, True, True, True, True, True, True, True, True, True, True, True, False, True,
+        ],
+        "jr/40": [
+            True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True,
+            True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, False,
+            True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True, True,
+            True, True, True, True, True, True, True, True, True, True, True, True, True, False, True,
+        ],
+    },
+    "range (3, 5, 32, 3, (0,), True)": {
+        "arrays/16": "44ea82a147acb3cd 66fc2f9c0d1eb48e 66fc2f9c0d1eb48e",
+        "arrays/40": "599a1f36f4be6cc7 5b3282e4ae15920c 5b3282e4ae15920c",
+        "bent/16": [False, True, False],
+        "bent/40": [False, True, False],
+        "decide/16": [False, True, True],
+        "decide/40": [False, True, True],
+        "jr/16": [False, False, True],
+        "jr/40": [False, False, True],
+    },
+    "range (3, 5, 32, 4, (3,), False)": {
+        "arrays/16": "09b8fa81b3244305 8feefad256bb850d 8feefad256bb850d",
+        "arrays/40": "970c113e3c3f320f b46650c9a3d9d693 b46650c9a3d9d693",
+        "bent/16": [True, True, True, False],
+        "bent/40": [True, True, True, False],
+        "decide/16": [True, True, True, False],
+        "decide/40": [True, True, True, False],
+        "jr/16": [True, True, False, False],
+        "jr/40": [True, True, False, False],
+    },
+    "range (4, 8, 58, 7, (6,), True)": {
+        "arrays/16": "6fcc1840a7e5f05a 7728d3f7fa43f127 7728d3f7fa43f127",
+        "arrays/40": "80a512b901c4db1c e4d37d7194a9d95e e4d37d7194a9d95e",
+        "bent/16": [True, True, True, True, True, True, False],
+        "bent/40": [True, True, True, True, True, True, False],
+        "decide/16": [True, True, True, True, True, True, False],
+        "decide/40": [True, True, True, True, True, True, False],
+        "jr/16": [True, True, True, False, True, True, False],
+        "jr/40": [True, True, True, False, True, True, False],
+    },
+    "range (40, 26, 32, 3, (1,), True)": {
+        "arrays/16": "38bd27ad183f54eb ccac6734919e6cb4 ccac6734919e6cb4",
+        "arrays/40": "a61312a4f0ab756d 9499309f4b6249e4 9499309f4b6249e4",
+        "bent/16": [True, False, False],
+        "bent/40": [True, False, False],
+        "decide/16": [True, False, True],
+        "decide/40": [True, False, True],
+        "jr/16": [True, False, True],
+        "jr/40": [True, False, True],
+    },
+    "range (7, 30, 32, 5, (0, 2, 4), True)": {
+        "arrays/16": "5239998f2bcc5bd8 3fc381dd21ab64cf 3fc381dd21ab64cf",
+        "arrays/40": "2f74288361586668 4309a6e185190dfb 4309a6e185190dfb",
+        "bent/16": [False, True, False, True, False],
+        "bent/40": [False, True, False, True, False],
+        "decide/16": [False, True, False, True, False],
+        "decide/40": [False, True, False, True, False],
+        "jr/16": [False, True, False, True, False],
+        "jr/40": [False, True, False, True, False],
+    },
+    "range answers": "fbb5f6976bee28f2",
+    "range refusals": {
+        "contexts n+1": "InvalidParameters: contexts must be 3 bytes objects",
+        "contexts str": "InvalidParameters: contexts must be 3 bytes objects",
+        "no devices": "ab33e07683193d80",
+        "no devices decide": "de6fe40a18e48c19",
+        "parts bytearray": "InvalidParameters: parts must be 3 bytes objects of 32 bytes",
+        "parts given": "a52ffce069f1d7ca",
+        "parts n-1": "InvalidParameters: parts must be 3 bytes objects of 32 bytes",
+        "parts short": "InvalidParameters: parts must be 3 bytes objects of 32 bytes",
+        "party 2": "InvalidParameters: shares are server 0's, not server 2's",
+        "ring 1-d": "InvalidParameters: ring_shares must be an integer array (3, 3), got uint64 (3,)",
+        "ring 2^k@0": "InvalidParameters: ring_shares must hold ring elements in [0, 2^32)",
+        "ring 2^k@2": "InvalidParameters: ring_shares must hold ring elements in [0, 2^32)",
+        "ring bool": "InvalidParameters: ring_shares must be an integer array (3, 3), got bool (3, 3)",
+        "ring float": "InvalidParameters: ring_shares must be an integer array (3, 3), got float64 (3, 3)",
+        "ring int64": "a52ffce069f1d7ca",
+        "ring int8@0": "InvalidParameters: ring_shares must hold ring elements in [0, 2^32)",
+        "ring int8@2": "InvalidParameters: ring_shares must hold ring elements in [0, 2^32)",
+        "ring negative@0": "InvalidParameters: ring_shares must hold ring elements in [0, 2^32)",
+        "ring negative@2": "InvalidParameters: ring_shares must hold ring elements in [0, 2^32)",
+        "ring transposed": "3df40a37bae06f66",
+        "ring uint16 wraps": "b59fd4e1b2263b31",
+        "ring uint32": "a52ffce069f1d7ca",
+        "seed 15": "InvalidParameters: query_seed must be at least 16 bytes",
+        "seed bytearray": "a52ffce069f1d7ca",
+        "seed str": "InvalidParameters: query_seed must be at least 16 bytes",
+        "server 1's shares": "InvalidParameters: shares are server 1's, not server 0's",
+    },
     "round (1, 1, ())": {
         "arrays": "ffc5ad047e135223 a01c8c0de717edbd f28969da0d91bf63 54eac922a039d782 51cfa32fece0135f",
         "bent": [False],
@@ -336,24 +662,39 @@ def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     return request.param
 
 
-def test_every_path_gives_session_32s_outcomes(backend: str) -> None:
+def test_every_sketch_path_gives_session_32s_outcomes(backend: str) -> None:
     """parse, server1_shares, verifier_messages (both servers), verify, decide, encode and
     parse_verifier_messages, server_inputs and expand: 27f20c0's words, verdicts and errors
     (:data:`REFERENCE`) on each backend.  The verdicts are also the statement's: the cheaters fail,
     an honest device fails only where server 1's message of it was bent."""
-    got = outcomes()
     for case in CASES:
         keys, n, cheats = case
-        want = [d not in cheats for d in range(n)]
-        mine = got[f"round {case}"]
-        assert isinstance(mine, dict)
-        assert mine["verify"] == mine["decide"] == want, case
+        mine = _round_outcomes(*case)
+        assert mine["verify"] == mine["decide"] == [d not in cheats for d in range(n)], case
         assert mine == REFERENCE[f"round {case}"], case
-    if got["parse"] != REFERENCE["parse"]:
+    if _group(_parse_outcomes()) != REFERENCE["parse"]:
         pytest.fail(f"parse differs from 27f20c0's: {_parse_outcomes()}")
-    if got["answers"] != REFERENCE["answers"]:
+    if _group(_answer_outcomes()) != REFERENCE["answers"]:
         pytest.fail(f"parse_verifier_messages differs from 27f20c0's: {_answer_outcomes()}")
-    assert got["expand"] == REFERENCE["expand"]
+    assert _expand_outcomes() == REFERENCE["expand"]
+
+
+def test_every_range_path_gives_session_32s_outcomes(backend: str) -> None:
+    """The range proof's verifier_messages at both servers (parts hashed or given; contexts of one
+    length and mixed; query seeds of 16 and 40 bytes), parse_verifier_messages and decide: 27f20c0's
+    words and verdicts on each backend, the cheaters (first, last, middle, all) failing and an honest
+    device failing only where server 1's ``jr`` or a wire share of it was bent; server 1's answers with
+    a word replaced (field elements and ``jr``, every device, ``p - 1`` to ``2^64 - 1``), cut,
+    extended or of other shapes: 27f20c0's errors and verdicts."""
+    for case in RANGE_CASES:
+        mine = _range_outcomes(*case)
+        n, cheats = case[3], case[4]
+        for key in ("decide/16", "decide/40"):
+            assert mine[key] == [d not in cheats for d in range(n)], case
+        assert mine == REFERENCE[f"range {case}"], case
+    if _group(_range_answer_outcomes()) != REFERENCE["range answers"]:
+        pytest.fail(f"the range answers' outcomes differ from 27f20c0's: {_range_answer_outcomes()}")
+    assert _range_refusal_outcomes() == REFERENCE["range refusals"]
 
 
 def _shares_of(params: S.SketchParams, xs: np.ndarray, msgs_of: Callable[[int], bytes] | None = None) -> tuple:
@@ -472,6 +813,82 @@ def test_server_inputs_many_leaves_the_callers_arrays_alone(backend: str, party:
     for x, k in zip((a, b, c), kept, strict=True):
         assert x.dtype == k.dtype and np.array_equal(x, k)
     assert K.server_inputs(a, party).tolist() == want[0] and np.array_equal(a, kept[0])
+
+
+# --- the affine projections (helper V: byte planes straight from the parts) -------------------------------------
+
+
+def _affine_case(dtype: type, n: int, slots: int, width: int, dense: int, layout: str) -> list[tuple]:
+    """``n`` devices' affine parts: words at the ring's extremes, counts of several integer dtypes
+    with their extremes (negative ones wrap as ``astype`` does), in the ``layout`` asked (device 0, 1
+    or the last one's arrays made Fortran-order, reversed, strided or read-only views)."""
+    bits = np.dtype(dtype).itemsize * 8
+    out = []
+    for d in range(n):
+        base = np.frombuffer(secrets.token_bytes(slots * width * bits // 8), dtype).reshape(slots, width).copy()
+        words = np.frombuffer(secrets.token_bytes(slots * width * bits // 8), dtype).reshape(slots, width).copy()
+        base.reshape(-1)[:: 3] = np.iinfo(dtype).max
+        words.reshape(-1)[1::4] = np.iinfo(dtype).max
+        count = np.array([secrets.randbelow(1 << 20) - (1 << 19) for _ in range(slots)], np.int64)
+        count[0] = np.iinfo(np.int64).min if slots > 1 else -1
+        count = count.astype((np.int64, np.int8, np.uint16, np.uint64)[d % 4])
+        tail = np.frombuffer(secrets.token_bytes(dense * bits // 8), dtype).copy()
+        if layout != "contiguous" and d in {0, 1, n - 1} - ({0} if layout.endswith("later") else set()):
+            if layout.startswith("fortran"):
+                base, words = np.asfortranarray(base), np.asfortranarray(words)
+            elif layout.startswith("reversed"):
+                base, words = base[::-1].copy()[::-1], words[:, ::-1].copy()[:, ::-1]
+                count = count[::-1].copy()[::-1]
+            elif layout.startswith("strided"):
+                wide = np.zeros((slots, 2 * width), dtype)
+                wide[:, ::2] = words
+                words = wide[:, ::2]
+                long = np.zeros(2 * dense, dtype)
+                long[::2] = tail
+                tail = long[::2]
+            elif layout.startswith("read-only"):
+                for a in (base, words, tail):
+                    a.setflags(write=False)
+        out.append((base, count, words, tail))
+    return out
+
+
+def _affine_spec(parts: list[tuple], negate: bool, dtype: type) -> np.ndarray:
+    """The vectors of the parts in Python integers: ``((-1)^negate (base + count words)).ravel() || tail mod 2^k``."""
+    modulus = 1 << (np.dtype(dtype).itemsize * 8)
+    rows = []
+    for base, count, words, tail in parts:
+        sign = -1 if negate else 1
+        affine = [sign * (int(b) + int(c) * int(w)) % modulus
+                  for brow, c, wrow in zip(base.tolist(), count.tolist(), words.tolist(), strict=True)
+                  for b, w in zip(brow, wrow, strict=True)]
+        rows.append(affine + [int(t) for t in tail.tolist()])
+    return np.array(rows, dtype)
+
+
+@pytest.mark.parametrize(("dtype", "n", "slots", "width", "dense"), [
+    (np.uint32, 1, 1, 1, 0), (np.uint32, 5, 4, 64, 1), (np.uint64, 3, 2, 127, 3), (np.uint32, 9, 3, 85, 2),
+    (np.uint64, 2, 33, 7, 261)])
+def test_project_affine_is_project_each_of_the_vectors(dtype: type, n: int, slots: int, width: int,
+                                                       dense: int) -> None:
+    """``project_affine`` on the compiled backend (byte planes straight from C-contiguous parts on
+    AMX, the vectors' path for any other layout, also when a later device of a pass is the odd one)
+    equals the numpy backend's ``project_each`` of the vectors formed here in Python integers --
+    lengths around the planes' 256-word chunk and 4-word rows, 1 to 9 devices (passes of 2 and 4, a
+    short last one), seeds shared and not, both signs, every layout."""
+    from secemb.fss import projections
+
+    seeds = [secrets.token_bytes(16) for _ in range(n)]
+    if n > 2:
+        seeds[1] = seeds[n - 1]  # one challenge for two devices
+    for layout, negate in itertools.product(("contiguous", "fortran", "reversed", "strided", "read-only",
+                                             "fortran-later", "strided-later"), (False, True)):
+        parts = _affine_case(dtype, n, slots, width, dense, layout)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(kernels, "BACKEND", "numpy")
+            want = projections.project_each(seeds, _affine_spec(parts, negate, dtype), 40)
+        got = projections.project_affine(seeds, negate, parts, 40)
+        assert got.dtype == want.dtype and np.array_equal(got, want), (negate, layout)
 
 
 # --- findings ----------------------------------------------------------------------------------------------------
