@@ -830,7 +830,8 @@ def _affine_case(dtype: type, n: int, slots: int, width: int, dense: int, layout
         base.reshape(-1)[:: 3] = np.iinfo(dtype).max
         words.reshape(-1)[1::4] = np.iinfo(dtype).max
         count = np.array([secrets.randbelow(1 << 20) - (1 << 19) for _ in range(slots)], np.int64)
-        count[0] = np.iinfo(np.int64).min if slots > 1 else -1
+        if slots:
+            count[0] = np.iinfo(np.int64).min if slots > 1 else -1
         count = count.astype((np.int64, np.int8, np.uint16, np.uint64)[d % 4])
         tail = np.frombuffer(secrets.token_bytes(dense * bits // 8), dtype).copy()
         if layout != "contiguous" and d in {0, 1, n - 1} - ({0} if layout.endswith("later") else set()):
@@ -868,7 +869,7 @@ def _affine_spec(parts: list[tuple], negate: bool, dtype: type) -> np.ndarray:
 
 @pytest.mark.parametrize(("dtype", "n", "slots", "width", "dense"), [
     (np.uint32, 1, 1, 1, 0), (np.uint32, 5, 4, 64, 1), (np.uint64, 3, 2, 127, 3), (np.uint32, 9, 3, 85, 2),
-    (np.uint64, 2, 33, 7, 261)])
+    (np.uint64, 2, 33, 7, 261), (np.uint64, 3, 0, 5, 3), (np.uint32, 4, 4, 0, 3)])
 def test_project_affine_is_project_each_of_the_vectors(dtype: type, n: int, slots: int, width: int,
                                                        dense: int) -> None:
     """``project_affine`` on the compiled backend (byte planes straight from C-contiguous parts on
