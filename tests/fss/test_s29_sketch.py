@@ -382,12 +382,17 @@ from secemb.fss import kernels
 features = kernels.host_cpu_features()
 kernels.host_cpu_features = lambda: {**features, sys.argv[1]: False}
 from secemb.fss import _aesni, _sketch_kernels
-from secemb.fss.sketch import SketchCheck, expand
+from secemb.fss.sketch import Expanded, SketchCheck, expand
 assert not _aesni.IFMA and _sketch_kernels.sketch_accumulate is _sketch_kernels.sketch_accumulate_scalar
 assert _aesni.LANES == (1 if sys.argv[1] == "vaes" else 2)
 seeds = [bytes.fromhex(s) for s in json.loads(sys.argv[2])]
 leaves = np.array(json.loads(sys.argv[3]), np.uint64)
-check = SketchCheck(expand(seeds, leaves.shape[1] * 2), 2)
+if sys.argv[1] == "vaes":  # the seeds' expansion on 128-bit AES too
+    expanded = expand(seeds, leaves.shape[1] * 2)
+else:  # with VAES the expansion compiles as in this process: the parent's (expand), not compiled again
+    keys, r, r2 = (np.array(a, dt) for a, dt in zip(json.loads(sys.argv[4]), (np.uint8, np.uint64, np.uint64)))
+    expanded = Expanded(keys, r, r2)
+check = SketchCheck(expanded, 2)
 check.add(0, len(leaves), leaves)
 print(json.dumps(check.values.tolist()))
 """
@@ -397,15 +402,21 @@ print(json.dumps(check.values.tolist()))
 @pytest.mark.parametrize("feature", ["vaes", "avx512ifma"])
 def test_without_vaes_or_ifma(tmp_path: os.PathLike[str], feature: str) -> None:
     """In a fresh process that hides VAES (128-bit AES only: ``LANES == 1``, round keys stored once, one block a
-    vector) or AVX-512 IFMA, and compiles into its own cache: :meth:`SketchCheck.add` takes the scalar loop."""
+    vector) or AVX-512 IFMA, and compiles into its own cache: :meth:`SketchCheck.add` takes the scalar loop.
+
+    Hiding VAES, the child expands the seeds itself (:func:`expand` on 128-bit AES, checked through the sums);
+    hiding only IFMA, :func:`expand` compiles the same code as in this process, so the child takes this process's
+    expansion and compiles only the sketch kernels (session 33: about half this test's time was that compile)."""
     gen = np.random.default_rng(30)
     width, frontier, per_user = 20, 2, 2  # a row: a block in place and a staged remainder
     seeds = [os.urandom(16), os.urandom(16)]
     leaves = gen.integers(0, MASK, (2 * per_user * frontier, width, 2), np.uint64, endpoint=True)
+    ours = expand(seeds, width * frontier)
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path), "SECEMB_FSS_KERNELS": "numba"}
     done = subprocess.run([sys.executable, "-c", _HIDDEN, feature, json.dumps([s.hex() for s in seeds]),
-                           json.dumps(leaves.tolist())], env=env, capture_output=True, text=True, timeout=600,
-                          check=True)
+                           json.dumps(leaves.tolist()), json.dumps([ours.keys.tolist(), ours.r.tolist(),
+                                                                    ours.r2.tolist()])],
+                          env=env, capture_output=True, text=True, timeout=600, check=True)
     keys, r = zip(*(_expansion(s, width * frontier) for s in seeds), strict=True)
     want = _formula(leaves, 0, frontier, per_user, list(keys), list(r), np.zeros((4, 3), np.uint64))
     np.testing.assert_array_equal(np.array(json.loads(done.stdout), np.uint64), want)
