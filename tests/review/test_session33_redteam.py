@@ -28,6 +28,11 @@ Findings (a strict xfail asserting the safe behaviour while open):
   ``BufferError`` from ``np.frombuffer``; not InvalidMessage.  Not reachable over HTTP (bodies are
   ``bytes``).  Fix: ``_nbytes`` returns None for a memoryview that is not ``c_contiguous`` (then
   "got memoryview" names it).
+* S33-R3 (low, hazmat): ``sketch.server_inputs_many`` checks the dtype of the stacked array, not of each
+  device's: a uint32, uint8 or bool ``(K, 3)`` array among uint64 ones is promoted and taken, alone it is
+  refused (the contract: uint64 arrays, any byte order).  Harmless values (below ``p``), and the server
+  passes its own uint64 values; the 27f20c0 server stacked the same way before ``server_inputs``.  Fix:
+  refuse ``v.dtype.kind != "u" or v.dtype.itemsize != 8`` per array before ``np.stack``.
 """
 
 from __future__ import annotations
@@ -813,6 +818,13 @@ def test_server_inputs_many_leaves_the_callers_arrays_alone(backend: str, party:
     for x, k in zip((a, b, c), kept, strict=True):
         assert x.dtype == k.dtype and np.array_equal(x, k)
     assert K.server_inputs(a, party).tolist() == want[0] and np.array_equal(a, kept[0])
+    for odd in (np.zeros((3, 4), np.uint64), np.zeros((3, 2), np.uint64), np.zeros((3, 3), np.int64),
+                np.zeros((3, 3), float)):  # another width or a dtype that does not stack to uint64: refused
+        for batch in ([odd, a], [a, odd], [odd]):
+            with pytest.raises(InvalidParameters):
+                K.server_inputs_many(batch, party)
+        with pytest.raises(InvalidParameters):
+            K.server_inputs(odd, party)
 
 
 # --- the affine projections (helper V: byte planes straight from the parts) -------------------------------------
@@ -905,6 +917,20 @@ def test_server_inputs_many_of_an_array_is_its_rows() -> None:
     except InvalidParameters:
         return
     assert got.tolist() == values.tolist()
+
+
+@pytest.mark.xfail(strict=True, reason="S33-R3 (low, hazmat): server_inputs_many checks the stacked dtype, so narrower "
+                                       "unsigned or bool arrays among uint64 ones are promoted, alone refused")
+@pytest.mark.parametrize("dtype", [np.uint32, np.uint8, bool])
+def test_server_inputs_many_refuses_a_narrower_array_among_uint64_ones(dtype: type) -> None:
+    """S33-R3: the contract is uint64 ``(K, 3)`` arrays (any byte order); a uint32, uint8 or bool array
+    is refused alone (InvalidParameters) and must be among uint64 ones too, whichever its place."""
+    a = np.zeros((3, 3), np.uint64)
+    odd = np.zeros((3, 3), dtype)
+    with pytest.raises(InvalidParameters):
+        K.server_inputs_many([odd], 0)
+    with pytest.raises(InvalidParameters):
+        K.server_inputs_many([a, odd], 0)
 
 
 @pytest.mark.xfail(strict=True, reason="S33-R2 (low, hazmat, older than session 33): a non-contiguous memoryview "
