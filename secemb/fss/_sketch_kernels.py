@@ -2,9 +2,11 @@
 :meth:`secemb.fss.sketch.SketchCheck.add` calls with the compiled kernels -- the vector loop
 :func:`sketch_accumulate_ifma` where the CPU has VAES and AVX-512 IFMA
 (:data:`secemb.fss._aesni.IFMA`), else the scalar loop :func:`sketch_accumulate_scalar` -- and
-:func:`sketch_schedules`, the devices' AES-128 round keys.  Both loops equal the numpy reference
-there bit for bit, and Python integers with OpenSSL's AES (``tests/fss/test_s29_sketch.py``,
-the scalar loop also in a process that hides IFMA or VAES).
+:func:`sketch_schedules`, the devices' AES-128 round keys, and :func:`shares_core`, the servers'
+input shares of the sketches checked and (server 1) negated in one pass
+(:func:`secemb.fss.sketch.server_inputs`).  Both loops equal the numpy reference there bit for bit,
+and Python integers with OpenSSL's AES (``tests/fss/test_s29_sketch.py``, the scalar loop also in a
+process that hides IFMA or VAES).
 
 The IFMA loop hands each key's run of leaves (its rows in a group are consecutive leaves at
 consecutive positions) to :func:`secemb.fss._aesni.sketch_leaves`, which keeps the AES blocks
@@ -46,8 +48,10 @@ from numba.extending import intrinsic
 from secemb.fss import _kernel_cache  # noqa: F401 - first: the kernels' cache also covers _aesni's intrinsics
 from secemb.fss._aesni import BLOCKS, IFMA, LANES, SKETCH_CHUNKS, key_expand, mmo_blocks, sketch_leaves, sketch_rows
 
+_P = np.uint64(0x1FFFFFFFFFFFFFFF)
+
 __all__ = ["LANES", "mac128", "red64", "fold128", "red128", "addp", "subp", "mulp", "sketch_accumulate",
-           "sketch_accumulate_scalar", "sketch_accumulate_ifma", "sketch_schedules"]
+           "sketch_accumulate_scalar", "sketch_accumulate_ifma", "sketch_schedules", "shares_core"]
 
 
 
@@ -265,6 +269,22 @@ def _sketch_short_keys(leaves, row0, per_user, rks, r, r2, acc):  # noqa: ANN001
         acc[key, 0] = addp(acc[key, 0], sums[i, 0])
         acc[key, 1] = addp(acc[key, 1], sums[i, 1])
         acc[key, 2] = addp(acc[key, 2], sums[i, 2])
+
+
+@njit(cache=True, nogil=True)
+def shares_core(x, negate):  # noqa: ANN001, ANN201
+    """Whether every element of ``x`` (uint64, 1-D) is below ``p``; with ``negate`` each of them
+    is replaced by ``-x mod p`` (``p - x``, and 0 for 0) in the same pass (an element at or above
+    ``p`` is left as it is; the caller refuses the array then).  :func:`secemb.fss.sketch.server_inputs`'
+    check and server 1's negation (the numpy lines of ``sketch._shares``) in one pass."""
+    below = True
+    for i in range(x.size):
+        v = x[i]
+        if v >= _P:
+            below = False
+        elif negate and v:
+            x[i] = _P - v
+    return below
 
 
 #: the loop :meth:`secemb.fss.sketch.SketchCheck.add` calls: the IFMA one where the CPU has it

@@ -2,7 +2,11 @@
 the field part of :func:`secemb.fss.sketchproof.prove`, :func:`messages_core`, that of
 :func:`secemb.fss.sketchproof.verifier_messages`, and :func:`decide_core`,
 :func:`secemb.fss.sketchproof.decide`'s arithmetic; :func:`prove_many_core`, :func:`prove_core` of a
-batch of devices in one call (:func:`secemb.fss.sketchproof.prove_many`).
+batch of devices in one call (:func:`secemb.fss.sketchproof.prove_many`); :func:`verifier_core` and
+:func:`verify_core`, a server's whole :func:`~secemb.fss.sketchproof.verifier_messages` and
+:func:`~secemb.fss.sketchproof.verify` after the SHAKE-128 batches (the coefficients reduced, the
+query points, their Lagrange rows, :func:`messages_core` and :func:`decide_core` in one call), and
+:func:`verifier_words`, the other server's messages read in one pass.
 
 The same linear maps and gadget as the numpy reference in :mod:`secemb.fss.sketchproof` (its
 ``_prove_inputs`` and ``_share``, ``_messages_reference``, and ``decide``'s numpy lines), in ``F_p``
@@ -23,7 +27,7 @@ from secemb.fss import _kernel_cache  # noqa: F401 - first: the kernels' cache a
 from secemb.fss._sketch_kernels import addp, mac128, mulp, red128, subp
 
 __all__ = ["SHORT", "prove_core", "prove_many_core", "messages_core", "query_rows", "query_points", "reduce_words",
-           "decide_core"]
+           "decide_core", "verifier_core", "verify_core", "verifier_words"]
 
 #: products one unreduced 128-bit sum takes (32 products below p^2 < 2^122 stay below 2^127)
 _TERMS = 32
@@ -247,3 +251,73 @@ def decide_core(v0, v1, s, chunk, ok):  # noqa: ANN001, ANN201
                 at[j] = addp(v0[d, base + j], v1[d, base + j])
             good &= _gadget(at, s[d]) == addp(v0[d, base + big_l], v1[d, base + big_l])
         ok[d] = good
+
+
+@njit(cache=True, nogil=True)
+def _drawn(coefficients, queries, wire_weights, gadget_weights):  # noqa: ANN001, ANN202
+    """The devices' reduced coefficients ``r || s`` (uint64 (n, M + chunk): :func:`reduce_words` of
+    ``coefficients``, uint64 (n, 2 (M + chunk))), and their Lagrange rows over the wire nodes (n, 2,
+    M + 2) and the gadget nodes (n, 2, 2M + 3) at their query points (:func:`query_points` of
+    ``queries``, uint64 (n, 4); :func:`query_rows`)."""
+    n, width = coefficients.shape[0], coefficients.shape[1] // 2
+    n1, n2 = wire_weights.size, gadget_weights.size
+    rs = np.empty((n, width), np.uint64)
+    reduce_words(coefficients.reshape(n * 2 * width), rs.reshape(n * width))
+    points = np.empty((n, 2), np.uint64)
+    query_points(queries, np.uint64(n2), points)
+    wire_rows = np.empty((n, 2, n1), np.uint64)
+    gadget_rows = np.empty((n, 2, n2), np.uint64)
+    query_rows(points.reshape(2 * n), wire_weights, gadget_weights, wire_rows.reshape(2 * n, n1),
+               gadget_rows.reshape(2 * n, n2))
+    return rs, wire_rows, gadget_rows
+
+
+@njit(cache=True, nogil=True)
+def verifier_core(x, proofs, coefficients, queries, wire_weights, gadget_weights, chunk, out):  # noqa: ANN001, ANN201, PLR0913
+    """:func:`messages_core` of the devices' drawn words, in one call: ``r`` from ``coefficients``
+    (uint64 (n, 2 (M + chunk)), each device's SHAKE-128 output of its coefficients as little-endian
+    words: :func:`reduce_words`, the first ``M`` elements), the Lagrange rows at the points of
+    ``queries`` (uint64 (n, 4), each device's SHAKE-128 output of its query seed:
+    :func:`query_points`, :func:`query_rows`) over ``wire_weights`` (the ``M + 2`` wire nodes'
+    barycentric weights) and ``gadget_weights`` (the ``2M + 3`` gadget nodes'); ``x``, ``proofs``,
+    ``chunk`` and ``out`` as :func:`messages_core`'s.  The same kernels in the same order, so the
+    same elements."""
+    m = wire_weights.size - 2
+    rs, wire_rows, gadget_rows = _drawn(coefficients, queries, wire_weights, gadget_weights)
+    messages_core(x, proofs, rs[:, :m], wire_rows, gadget_rows, chunk, out)
+
+
+@njit(cache=True, nogil=True)
+def verify_core(x, proofs, coefficients, queries, wire_weights, gadget_weights, chunk, v1, ok):  # noqa: ANN001, ANN201, PLR0913
+    """Server 0's whole check in one call: :func:`verifier_core`'s messages (its arguments), then
+    :func:`decide_core` of them and the other server's ``v1`` (uint64 (n, 2L + 3) field elements)
+    with ``s`` the last ``chunk`` reduced coefficients, into ``ok`` (bool (n,))."""
+    m = wire_weights.size - 2
+    rs, wire_rows, gadget_rows = _drawn(coefficients, queries, wire_weights, gadget_weights)
+    v0 = np.empty(v1.shape, np.uint64)
+    messages_core(x, proofs, rs[:, :m], wire_rows, gadget_rows, chunk, v0)
+    decide_core(v0, v1, rs[:, m:], chunk, ok)
+
+
+@njit(cache=True, nogil=True)
+def verifier_words(words, out, refused):  # noqa: ANN001, ANN201
+    """The other server's verifier messages from their wire words (``words`` uint64 (n, V), as
+    read little-endian): ``refused[d]`` (bool (n,)) whether row ``d`` is all ``2^64 - 1`` (the
+    refused marker), ``out[d]`` (uint64 (n, V)) the row, or zeros where refused; returns the first
+    row that is neither field elements below ``p`` nor the marker, or -1.
+    :func:`secemb.fss.sketchproof.parse_verifier_messages`' numpy lines in one pass."""
+    marker = np.uint64(0xFFFFFFFFFFFFFFFF)
+    bad = -1
+    for d in range(words.shape[0]):
+        marked = True
+        for j in range(words.shape[1]):
+            if words[d, j] != marker:
+                marked = False
+                break
+        refused[d] = marked
+        for j in range(words.shape[1]):
+            w = words[d, j]
+            out[d, j] = np.uint64(0) if marked else w
+            if not marked and w >= _P and bad < 0:
+                bad = d
+    return bad

@@ -68,7 +68,7 @@ from secemb.fss.hashing import row_bytes, sha256_many, shake128_many
 from secemb.randomness import DRBG_DOMAIN  # drbg_key's prefix: a batch's AES-256 keys hashed in one sha256_many call
 
 __all__ = ["SKETCH_SEED_BYTES", "SKETCH_WORDS", "EXPAND_TAG", "Expanded", "expand", "leaf_hashes",
-           "SketchCheck", "device_inputs", "device_inputs_many", "server_inputs"]
+           "SketchCheck", "device_inputs", "device_inputs_many", "server_inputs", "server_inputs_many"]
 
 #: bytes of a device's sketch seed ``c_u``
 SKETCH_SEED_BYTES = 16
@@ -131,9 +131,11 @@ def expand(seeds: Sequence[bytes], mp: int) -> Expanded:
     positions: ``SHAKE-128(EXPAND_TAG || c_u)``, 16 bytes the key ``k_u`` and 16 the stream seed
     ``s_r``, then ``r_x`` block ``x`` of ``s_r``'s AES-256-CTR stream mod ``p`` (module docstring);
     the seeds' SHAKE in one batch (:func:`secemb.fss.hashing.shake128_many`: the Keccak kernel with
-    the compiled kernels), the streams in one batch (:func:`secemb.fss.field.stream_words`: one
-    AES-NI pass with the compiled kernels) and, with them, the reduction and ``r^2`` in one
-    compiled call (:func:`secemb.fss._sketch_device_kernels.coefficients_core`).
+    the compiled kernels), the streams in one batch (:func:`secemb.fss.field.stream_words`, the
+    reference; with the compiled kernels its AES-NI pass,
+    :func:`secemb.fss._rangeproof_kernels.ctr_streams`, keyed by one SHA-256 batch of the rows'
+    ``s_r``) and, with them, the reduction and ``r^2`` in one compiled call
+    (:func:`secemb.fss._sketch_device_kernels.coefficients_core`).
 
     Raises
     ------
@@ -143,13 +145,18 @@ def expand(seeds: Sequence[bytes], mp: int) -> Expanded:
     n = len(seeds)
     blob = _expand_rows(seeds)  # k_u || s_r a device
     keys = np.ascontiguousarray(blob[:, :_AES_KEY_BYTES])
-    words = field.stream_words(row_bytes(blob[:, _AES_KEY_BYTES:]), 2 * mp)  # (n, 2 mp): r_x's lo, hi at 2x, 2x + 1
-    if kernels.compiled():  # the same field elements as from_uniform_bytes and mul, in one pass
+    if kernels.compiled():  # the same field elements as the reference below, in two passes
+        from secemb.fss._rangeproof_kernels import CTR_BLOCKS, ctr_streams
         from secemb.fss._sketch_device_kernels import coefficients_core
 
+        # field.stream_words' streams, keyed from the rows as they are (no bytes objects made and joined again)
+        size = 16 * mp  # r_x's 16 bytes a position
+        stream = np.empty(n * size + 16 * CTR_BLOCKS, np.uint8)  # a row's last pass may run into the next (or past)
+        ctr_streams(sha256_many(DRBG_DOMAIN, blob[:, _AES_KEY_BYTES:]), stream, size, size)
         r, r2 = np.empty((n, mp), np.uint64), np.empty((n, mp), np.uint64)
-        coefficients_core(words.reshape(n * mp, 2), r.reshape(-1), r2.reshape(-1))
+        coefficients_core(stream[: n * size].view("<u8").reshape(n * mp, 2), r.reshape(-1), r2.reshape(-1))
     else:
+        words = field.stream_words(row_bytes(blob[:, _AES_KEY_BYTES:]), 2 * mp)  # (n, 2 mp): r_x's lo, hi at 2x, 2x + 1
         r = field.from_uniform_bytes(words, n * mp).reshape(n, mp)
         r2 = field.mul(r, r)
     for a in (keys, r, r2):
@@ -383,10 +390,45 @@ def server_inputs(values: np.ndarray, party: int) -> np.ndarray:
     ------
     InvalidParameters: ``party`` not 0 or 1, or ``values`` not uint64 (K, 3) in ``[0, p)``.
     """
+    if not isinstance(values, np.ndarray) or values.ndim != 2:
+        raise InvalidParameters(f"values must be uint64 (K, {SKETCH_WORDS}) below p, got "
+                                f"{getattr(values, 'dtype', type(values).__name__)} {getattr(values, 'shape', '')}")
+    return _shares(values.copy(), party)
+
+
+def server_inputs_many(values: Sequence[np.ndarray], party: int) -> np.ndarray:
+    """:func:`server_inputs` of ``n`` devices' values (uint64 (K, 3) each, one ``K``; another byte
+    order is read by value) as one array uint64 (n, K, 3): the values stacked (one copy), then
+    checked and (server 1) negated in place, not a new array each step.
+
+    Raises
+    ------
+    InvalidParameters: ``party`` not 0 or 1, or the values not ``n >= 1`` unsigned 64-bit (K, 3)
+        arrays of one shape in ``[0, p)``.
+    """
+    if not values or any(not isinstance(v, np.ndarray) or v.ndim != 2 for v in values):
+        raise InvalidParameters(f"values must be n >= 1 uint64 (K, {SKETCH_WORDS}) arrays below p")
+    try:
+        stacked = np.stack(values)
+    except ValueError as exc:  # arrays of different shapes
+        raise InvalidParameters(f"values must be uint64 (K, {SKETCH_WORDS}) arrays of one shape: {exc}") from None
+    return _shares(stacked, party)
+
+
+def _shares(x: np.ndarray, party: int) -> np.ndarray:
+    """Server ``party``'s shares of the sketch values ``x`` (uint64 (..., 3), an array of the
+    caller's to overwrite), checked: ``x`` itself (server 0), or negated mod ``p`` in place
+    (server 1; the elements :func:`secemb.fss.field.neg` gives); or InvalidParameters."""
     if party not in (0, 1):
         raise InvalidParameters(f"party must be 0 or 1, got {party!r}")
-    if values.ndim != 2 or values.shape[1] != SKETCH_WORDS or values.dtype != np.uint64 or (
-            values.size and values.max() >= field.P):
-        raise InvalidParameters(f"values must be uint64 (K, {SKETCH_WORDS}) below p, got {values.dtype} "
-                                f"{values.shape}")
-    return values.copy() if party == 0 else field.neg(values)
+    fits = x.shape[-1] == SKETCH_WORDS and x.dtype == np.uint64
+    if fits and kernels.compiled():  # the check and the negation in one compiled pass (the same elements)
+        fits = bool(_compiled_sketch().shares_core(x.reshape(-1, copy=False), party == 1))  # a view: negated in place
+    elif fits:
+        fits = not x.size or x.max() < field.P
+        if fits and party:
+            np.subtract(np.uint64(field.P), x, out=x, where=x != 0)  # -v = p - v, and -0 = 0
+    if not fits:
+        raise InvalidParameters(f"values must be uint64 (K, {SKETCH_WORDS}) below p, got {x.dtype} "
+                                f"{x.shape[1:] if x.ndim == 3 else x.shape}")
+    return x

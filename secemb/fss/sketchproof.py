@@ -117,7 +117,17 @@ the Lagrange rows take the points as their innermost loop, and server 1's stream
 searched for ``p`` in one pass: on the calls of a captured ``bench robust`` bounded round (20
 devices, 300 repeats, 3 alternating processes of each tree; helper G, 2 shared cores under load 6.5)
 :func:`verifier_messages` 113 against 190 us (minimum; medians 120 against 211), :func:`verify` 120
-against 199 (128 against 210), :func:`server1_shares` 33 against 48.
+against 199 (128 against 210), :func:`server1_shares` 33 against 48.  Since session 33 each of
+:func:`verifier_messages` and :func:`verify` is one compiled call after the two SHAKE-128 batches
+(:func:`secemb.fss._sketchproof_kernels.verifier_core`, :func:`~secemb.fss._sketchproof_kernels.verify_core`:
+the coefficients' reduction, the points, the Lagrange rows, the messages and the decision, the same
+kernels in the same order), the other server's messages are read in one pass
+(:func:`~secemb.fss._sketchproof_kernels.verifier_words`), :func:`parse` joins a well-sized batch
+once and the servers' input shares are stacked, checked and negated in one pass
+(:func:`secemb.fss.sketch.server_inputs_many`): on a captured ``bench robust`` bounded round (20
+devices, caches flushed before each call, 400 calls of each tree alternated in one process; helper
+Q, 2 shared cores under load 9-10) the server's ``verify_answer`` 0.926 and ``verify_rejected``
+0.825 of the session-32 code's thread CPU (medians of the paired ratios).
 """
 
 from __future__ import annotations
@@ -552,11 +562,14 @@ def parse(params: SketchParams, msgs: Sequence[bytes | memoryview]) -> np.ndarra
         If a message is not ``params.proof_bytes`` bytes or holds an element not below ``p``; the
         error names the first bad message's index (:func:`check_message`'s errors).
     """
-    bad = np.flatnonzero(~well_formed(params, msgs))
-    if bad.size:
-        check_message(params, msgs[int(bad[0])], int(bad[0]))  # raises: the first bad one's fault, named
-    words = np.frombuffer(b"".join(msgs), dtype="<u8").reshape(len(msgs), params.proof_length)
-    return words.astype(np.uint64)
+    sized = all(_nbytes(m) == params.proof_bytes for m in msgs)
+    if sized:  # the usual batch: one join and one maximum
+        words = np.frombuffer(b"".join(msgs), dtype="<u8").reshape(len(msgs), params.proof_length)
+        if not words.size or words.max() < _P:
+            return words.astype(np.uint64)
+    bad = int(np.flatnonzero(~well_formed(params, msgs))[0])
+    check_message(params, msgs[bad], bad)  # raises (it refuses what well_formed does): the first bad one's fault
+    raise InvalidMessage(f"sketch proof {bad}: malformed")  # whatever check_message becomes, never the words
 
 
 def server1_shares(params: SketchParams, sigmas: Sequence[bytes]) -> np.ndarray:
@@ -576,9 +589,8 @@ def server1_shares(params: SketchParams, sigmas: Sequence[bytes]) -> np.ndarray:
     n, count = len(sigmas), params.proof_length
     rows = np.frombuffer(b"".join(_seeds("sigma", sigmas, n, SEED_BYTES)), np.uint8)
     digests, keys = _share_keys(rows.reshape(n, SEED_BYTES))
-    seed_list = row_bytes(digests)
     if not kernels.compiled():
-        return F.expand_many(seed_list, count)
+        return F.expand_many(row_bytes(digests), count)
     from secemb.fss._rangeproof_kernels import CTR_BLOCKS, ctr_streams, top_bits
 
     size = F.ELEMENT_BYTES * count
@@ -588,27 +600,28 @@ def server1_shares(params: SketchParams, sigmas: Sequence[bytes]) -> np.ndarray:
     held = np.empty(n, bool)
     top_bits(out, held)  # the top 61 bits of each word, as expand reads them, and the rows that hold p
     for i in np.flatnonzero(held).tolist():
-        out[i] = F.expand(seed_list[i], count)
+        out[i] = F.expand(digests[i].tobytes(), count)
     return out
+
+
+def _query_words(queries: Sequence[bytes]) -> np.ndarray:
+    """``uint64 (n, 4)``: each device's 32 bytes of SHAKE-128 of ``domain || "query" || q`` as
+    little-endian words (the devices' outputs, one :func:`~secemb.fss.hashing.shake128_many` batch),
+    from which its two query points are reduced (:func:`_points`)."""
+    return shake128_many(_DOMAIN + b"query", _seed_rows(queries), 32).view("<u8").astype(np.uint64, copy=False)
 
 
 def _points(params: SketchParams, queries: Sequence[bytes]) -> np.ndarray:
     """``uint64 (n, 2)``: each device's two query points, distinct and outside the nodes
-    ``0..2M+2``, from SHAKE-128 of its query seed (as :func:`secemb.fss.rangeproof`'s query)."""
+    ``0..2M+2``, from SHAKE-128 of its query seed (as :func:`secemb.fss.rangeproof`'s query), in
+    Python integers: the reference of the compiled verifier's
+    (:func:`secemb.fss._sketchproof_kernels.query_points`)."""
     d = params.gadget_nodes
     m1, m2 = F.P - d, F.P - d - 1
-    blob = shake128_many(_DOMAIN + b"query", _seed_rows(queries), 32)  # the devices' outputs, one batch
-    if kernels.compiled():  # the same points, reduced in one compiled pass
-        from secemb.fss._sketchproof_kernels import query_points
-
-        out = np.empty((len(queries), 2), np.uint64)
-        query_points(blob.view("<u8"), np.uint64(d), out)
-        return out
     points: list[int] = []
-    blobs = blob.tobytes()
-    for at in range(0, len(blobs), 32):
-        h1 = int.from_bytes(blobs[at : at + 16], "little") % m1
-        h2 = int.from_bytes(blobs[at + 16 : at + 32], "little") % m2
+    for w0, w1, w2, w3 in _query_words(queries).tolist():
+        h1 = (w1 << 64 | w0) % m1
+        h2 = (w3 << 64 | w2) % m2
         points += (d + h1, d + (h1 + 1 + h2) % m1)  # any non-node value but rho_1
     return np.array(points, np.uint64).reshape(len(queries), 2)
 
@@ -645,8 +658,15 @@ def verifier_messages(params: SketchParams, x: np.ndarray, proofs: np.ndarray, s
         If an argument does not match ``params`` or the ``n`` devices.
     """
     x, proofs, seeds, queries = _check_verifier(params, x, proofs, seeds, queries)
+    out = np.empty((len(seeds), params.verifier_length), np.uint64)
+    if kernels.compiled():  # the same field elements as the numpy reference in one compiled call
+        from secemb.fss._sketchproof_kernels import verifier_core
+
+        verifier_core(*_drawn(params, x, proofs, seeds, queries), params.chunk, out)
+        return out
     r, _ = _coefficients(params, seeds)
-    return _messages(params, x, proofs, r, queries)
+    _messages(params, x, proofs, r, queries, out)
+    return out
 
 
 def _check_verifier(params: SketchParams, x: object, proofs: object, seeds: Sequence[bytes],
@@ -663,27 +683,24 @@ def _check_verifier(params: SketchParams, x: object, proofs: object, seeds: Sequ
     return x, proofs, _seeds("seeds", seeds, n), _seeds("queries", queries, n)
 
 
-def _messages(params: SketchParams, x: np.ndarray, proofs: np.ndarray, r: np.ndarray,
-              queries: Sequence[bytes]) -> np.ndarray:
-    """:func:`verifier_messages` of checked arguments, the calls' coefficients ``r`` ``(n, M)``
-    given."""
-    n, m = len(x), params.calls
-    points = _points(params, queries)
-    out = np.empty((n, params.verifier_length), np.uint64)
-    if kernels.compiled():  # the same field elements as the numpy reference in two compiled passes
-        from secemb.fss._sketchproof_kernels import messages_core, query_rows
+def _drawn(params: SketchParams, x: np.ndarray, proofs: np.ndarray, seeds: Sequence[bytes],
+           queries: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The compiled verifier's arguments (:func:`secemb.fss._sketchproof_kernels.verifier_core`,
+    :func:`~secemb.fss._sketchproof_kernels.verify_core`) before ``chunk``, of checked ones: the
+    shares C-contiguous, the devices' coefficient words (:func:`_coefficient_words`) and query
+    words (:func:`_query_words`), the barycentric weights of the wire and the gadget nodes."""
+    return (np.ascontiguousarray(x), np.ascontiguousarray(proofs), _coefficient_words(params, seeds),
+            _query_words(queries), F.barycentric(params.calls + 2), F.barycentric(params.gadget_nodes))
 
-        wire_rows = np.empty((n, 2, m + 2), np.uint64)
-        gadget_rows = np.empty((n, 2, params.gadget_nodes), np.uint64)
-        query_rows(points.reshape(-1), F.barycentric(m + 2), F.barycentric(params.gadget_nodes),
-                   wire_rows.reshape(2 * n, m + 2), gadget_rows.reshape(2 * n, params.gadget_nodes))
-        messages_core(np.ascontiguousarray(x), np.ascontiguousarray(proofs), r, wire_rows, gadget_rows,
-                      params.chunk, out)
-        return out
-    wire_rows = F.lagrange_coefficients(m + 2, points)  # (n, 2, M + 2)
+
+def _messages(params: SketchParams, x: np.ndarray, proofs: np.ndarray, r: np.ndarray, queries: Sequence[bytes],
+              out: np.ndarray) -> None:
+    """:func:`verifier_messages` of checked arguments in numpy (the reference), the calls'
+    coefficients ``r`` ``(n, M)`` given, into ``out`` ``(n, 2L + 3)``."""
+    points = _points(params, queries)
+    wire_rows = F.lagrange_coefficients(params.calls + 2, points)  # (n, 2, M + 2)
     gadget_rows = F.lagrange_coefficients(params.gadget_nodes, points)  # (n, 2, 2M + 3)
     _messages_reference(params, x, proofs, r, wire_rows, gadget_rows, out)
-    return out
 
 
 def _messages_reference(params: SketchParams, x: np.ndarray, proofs: np.ndarray, r: np.ndarray,
@@ -721,7 +738,7 @@ def encode_verifier_messages(params: SketchParams, v: np.ndarray, refused: np.nd
         return F.to_bytes(v)
     if not isinstance(refused, np.ndarray) or refused.dtype != np.bool_ or refused.shape != (len(v),):
         raise InvalidParameters(f"refused must be a bool array ({len(v)},)")
-    return F.to_bytes(np.where(refused[:, None], _REFUSED, v))
+    return F.to_bytes(np.where(refused[:, None], _REFUSED, v) if refused.any() else v)
 
 
 def parse_verifier_messages(params: SketchParams, data: bytes, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -746,12 +763,20 @@ def parse_verifier_messages(params: SketchParams, data: bytes, n: int) -> tuple[
         got = type(data).__name__ if size is None else f"{size} bytes"
         raise InvalidMessage(f"sketch verifier messages: expected {n * params.verifier_bytes} bytes ({n} devices), "
                              f"got {got}")
-    v = np.frombuffer(data, dtype="<u8").astype(np.uint64).reshape(n, params.verifier_length)
-    refused = np.all(v == _REFUSED, axis=1)
-    v[refused] = 0
-    bad = np.flatnonzero(np.any(v >= _P, axis=1))
-    if bad.size:
-        raise InvalidMessage(f"sketch verifier message {int(bad[0])}: an element is not below p")
+    words = np.frombuffer(data, dtype="<u8").reshape(n, params.verifier_length)
+    if kernels.compiled():  # the same rows, marks and first bad row as the numpy below in one pass
+        from secemb.fss._sketchproof_kernels import verifier_words
+
+        v, refused = np.empty((n, params.verifier_length), np.uint64), np.empty(n, bool)
+        first = verifier_words(words, v, refused)
+    else:
+        v = words.astype(np.uint64)
+        refused = np.all(v == _REFUSED, axis=1)
+        v[refused] = 0
+        bad = np.flatnonzero(np.any(v >= _P, axis=1))
+        first = int(bad[0]) if bad.size else -1
+    if first >= 0:
+        raise InvalidMessage(f"sketch verifier message {first}: an element is not below p")
     return v, refused
 
 
@@ -794,8 +819,16 @@ def verify(params: SketchParams, x: np.ndarray, proofs: np.ndarray, seeds: Seque
     _check_messages(params, (("v1", v1),))
     if v1.shape[0] != len(seeds):
         raise InvalidMessage(f"verifier messages for {v1.shape[0]} devices, not {len(seeds)}")
+    if kernels.compiled():  # the same verdicts as the numpy reference in one compiled call
+        from secemb.fss._sketchproof_kernels import verify_core
+
+        verdicts = np.empty(len(seeds), dtype=bool)
+        verify_core(*_drawn(params, x, proofs, seeds, queries), params.chunk, np.ascontiguousarray(v1), verdicts)
+        return verdicts
     r, s = _coefficients(params, seeds)
-    return _decide(params, _messages(params, x, proofs, r, queries), v1, s)
+    v0 = np.empty((len(seeds), params.verifier_length), np.uint64)
+    _messages(params, x, proofs, r, queries, v0)
+    return _decide(params, v0, v1, s)
 
 
 def _check_messages(params: SketchParams, named: tuple[tuple[str, object], ...]) -> None:

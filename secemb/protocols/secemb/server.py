@@ -18,7 +18,7 @@ from secemb import fss
 from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError, SecembError
 from secemb.fss import rangeproof, sketchproof
 from secemb.fss.hashing import row_bytes
-from secemb.fss.sketch import Expanded, expand, server_inputs
+from secemb.fss.sketch import Expanded, expand, server_inputs_many
 from secemb.fss.fused import PayloadSums, PreparedAggregation
 from secemb.fss.tasks import (
     bits_task,
@@ -993,13 +993,12 @@ class SecEmbServer(ServerRole):
     def _sketch_inputs(self, users: list[int], absorbed: list[_Absorbed]) -> tuple[np.ndarray, list[bytes],
                                                                                    list[bytes]]:
         """What this server's sketch verifier messages of absorbed ``users`` take beside the proof
-        shares: its input shares of their sketch values (:func:`~secemb.fss.sketch.server_inputs`,
+        shares: its input shares of their sketch values (:func:`~secemb.fss.sketch.server_inputs_many`,
         uint64 (n, S, 3)), their sketch seeds and their query seeds
         (:func:`~secemb.protocols.secemb.checks.query_seeds`)."""
         cfg = self._cfg()
         checks = cast("list[_Sketch]", [a.check for a in absorbed])
-        values = np.stack([c.values for c in checks]).reshape(-1, 3)
-        x = server_inputs(values, self.party).reshape(len(users), cfg.slots, 3)
+        x = server_inputs_many([c.values for c in checks], self.party)
         return x, [c.seed for c in checks], query_seeds(self._secret, cfg.round_id, users)
 
     def verify_answer(self, users: list[int]) -> bytes:
