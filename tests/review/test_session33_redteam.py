@@ -552,7 +552,7 @@ REFERENCE: dict[str, object] = {
         "parts given": "a52ffce069f1d7ca",
         "parts n-1": "InvalidParameters: parts must be 3 bytes objects of 32 bytes",
         "parts short": "InvalidParameters: parts must be 3 bytes objects of 32 bytes",
-        "party 2": "InvalidParameters: shares are server 0"s, not server 2"s",
+        "party 2": "InvalidParameters: shares are server 0's, not server 2's",
         "ring 1-d": "InvalidParameters: ring_shares must be an integer array (3, 3), got uint64 (3,)",
         "ring 2^k@0": "InvalidParameters: ring_shares must hold ring elements in [0, 2^32)",
         "ring 2^k@2": "InvalidParameters: ring_shares must hold ring elements in [0, 2^32)",
@@ -569,7 +569,7 @@ REFERENCE: dict[str, object] = {
         "seed 15": "InvalidParameters: query_seed must be at least 16 bytes",
         "seed bytearray": "a52ffce069f1d7ca",
         "seed str": "InvalidParameters: query_seed must be at least 16 bytes",
-        "server 1"s shares": "InvalidParameters: shares are server 1"s, not server 0"s",
+        "server 1's shares": "InvalidParameters: shares are server 1's, not server 0's",
     },
     "round (1, 1, ())": {
         "arrays": "ffc5ad047e135223 a01c8c0de717edbd f28969da0d91bf63 54eac922a039d782 51cfa32fece0135f",
