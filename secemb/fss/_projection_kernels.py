@@ -49,6 +49,22 @@ steps wait on the loads of tiles that the last step's products still read, but n
 registers tried (2 x 2 tiles of sums, 1 x 2 double-buffered) was reliably faster under load.  Not tried:
 AVX-512's masked adds on bit planes of the entries, which two ports of 512-bit work bound at 16 terms a
 cycle, by this arithmetic 1.33 times ``vpsignd``'s 12.
+
+Session 33 (helper V; thread CPU, interleaved pairs, 2 shared cores at load 6-13) split a 20-device call in the
+bench's flow (medians a call, the pieces timed inside it): project_affine 0.89-0.96 ms, the five tile_products
+0.28-0.30 (planes included), the 20 affine_vector 0.27-0.31, the stream's AES 0.08-0.09, its expansion 0.06-0.07,
+the checks of parts and seeds 0.06, the rest Python.  Tried, none reliably faster, none kept: a step of the tile
+loop takes 100-165 ns whichever way the 8 tiles are used (3 x 1 as here; 2 x 2, 27-52 ns a product against
+32-55 but for 32 rows only, so 40 rows need a second pass; 1 x 3; 3 x 1 with the B tile double-buffered, 150
+against 97; the third tile of rows and of sums 8 rows high), with its tiles in L1 or L2 alike, so fewer passes
+over ``t`` would not pay; software prefetch of the next devices' parts spread over the tile loop (16-32 lines a
+step, to L1, L2 or L3: 1.01-1.15x slower) or 1-16 KiB ahead in :func:`affine_vector` (within noise); the byte
+planes formed straight from the affine parts, no vector scratch (a device a call: 1.07-1.3x slower; a pass of
+four devices a call, branch ``V-planes``: project_affine's median pair ratios 1.15, 1.08 and 0.99 in three runs
+of the bench's flow, 1.03-1.06 alone); four blocks of planes a shuffle in :func:`word_planes` (0.79x on a
+group's warm vectors); each thread keeping its :class:`Products` between calls (1.00x in the flow, where
+``keeping_round_heap`` already spares the page faults).  What is left is bound by this machine's AMX issue rate
+and by the parts' 2.6 MB read from L3 (about 10 GB/s here).
 """
 
 from __future__ import annotations

@@ -2,13 +2,15 @@
 rows of its query (:func:`secemb.fss.field.lagrange_coefficients`) and the AES-256-CTR streams of
 server 1's proof seeds (:func:`ctr_streams`, for :func:`secemb.fss.field.expand_many`) (hazmat, numba).
 
-One pass over a batch's witness and proof shares, the devices the innermost loop (since session 26;
+One call a block of devices (:func:`verifier_batch`, since session 33: their coefficients, the query
+and the pass below; before, three calls and the allocations between them), one pass over a batch's
+witness and proof shares, the devices the innermost loop (since session 26;
 one pass a device before), in ``F_p`` (``p = 2^61 - 1``) with the
 arithmetic of :mod:`secemb.fss.field` (32-bit limbs, Mersenne reduction): the same linear maps as
-the numpy reference (``_verify_block``'s matrix products), so the same field elements, bit for bit
-(``tests/fss/test_rangeproof.py``).  The reference's products go through float64 BLAS in limbs,
-fast for large batches but a few hundred microseconds of fixed cost a call; here a device costs
-``O(Q (N + 2L + 4M))`` multiply-adds and a batch nothing more.
+the numpy reference (``_verify_reference``'s matrix products), so the same field elements, bit for bit
+(``tests/fss/test_rangeproof.py``, ``tests/fss/test_s33_verifier_batch.py``).  The reference's
+products go through float64 BLAS in limbs, fast for large batches but a few hundred microseconds of
+fixed cost a call; here a device costs ``O(Q (N + 2L + 4M))`` multiply-adds and a batch nothing more.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
+
+from secemb.fss._keccak import _shake_rows
 
 _P = np.uint64((1 << 61) - 1)
 _LO32 = np.uint64(0xFFFFFFFF)
@@ -202,6 +206,58 @@ def query_core(points, wire_weights, gadget_weights, half, chunk, n_real, rho_wo
 
 
 @njit(cache=True, nogil=True)
+def verifier_batch(coefficient_prefix, joints, points, wire_weights, gadget_weights, rho_words, place, f, top,  # noqa: ANN001, ANN201, PLR0913
+                   delta, server0, x, proofs, ring, out):
+    """A block's verifier messages in one call (:func:`secemb.fss.rangeproof.verifier_messages`' compiled
+    path; :func:`secemb.fss.rangeproof._verify_reference` of :func:`secemb.fss.rangeproof._coefficients`
+    and :func:`secemb.fss.rangeproof._query` is its reference), the same words:
+
+    * each device's coefficients from its joint randomness ``joints[d]`` (uint8 (n, 32)): the top 60
+      bits of the little-endian words of ``SHAKE-128(coefficient_prefix || jr)``
+      (:func:`secemb.fss._keccak._shake_rows`), ``r, r'`` (``M/2`` each) then ``s, s'`` (``c``
+      each, ``c`` from ``out``'s width ``4c + 7``);
+    * the query of the ``points`` (uint64 (Q,)) and the ``rho_words`` (:func:`query_core`, over the wire
+      and gadget nodes of the ``wire_weights`` (M + 2,) and ``gadget_weights`` (4M + 5,), with ``place``,
+      ``f`` and ``top``); the slot sums and the constant are server 0's (``server0``), zeros for server 1;
+    * :func:`verifier_core` of the devices' shares ``x``, ``proofs`` and ``ring`` (uint64) under them,
+      with ``delta``, into ``out[:, :4c + 3]``, and each ``jr`` as 4 little-endian words after it.
+
+    One call a block instead of the coefficients' and the query's calls and allocations."""
+    n, width = joints.shape[0], out.shape[1]
+    half, c = (wire_weights.size - 2) // 2, (width - 7) // 4
+    words = np.empty((n, 2 * (half + c)), np.uint64)
+    _shake_rows(coefficient_prefix, joints, words)
+    calls = np.empty((n, 2, half), np.uint64)
+    slots = np.empty((n, 2, c), np.uint64)
+    four = np.uint64(4)
+    for d in range(n):
+        for h in range(2):
+            for k in range(half):
+                calls[d, h, k] = words[d, h * half + k] >> four
+            for i in range(c):
+                slots[d, h, i] = words[d, 2 * half + h * c + i] >> four
+    n_points = points.size
+    wire_rows = np.empty((n_points, wire_weights.size), np.uint64)
+    gadget_columns = np.empty((gadget_weights.size, n_points), np.uint64)
+    pads = np.empty((n_points, c), np.uint64)
+    witness = np.empty(rho_words.shape[0] * place.size, np.uint64)
+    ring_column = np.empty(rho_words.shape[0], np.uint64)
+    constant = query_core(points, wire_weights, gadget_weights, half, c, x.shape[1], rho_words, place, f,
+                          top, wire_rows, gadget_columns, pads, witness, ring_column)
+    if not server0:  # server 1's share of the wires' 1 and of the relation's constant is 0
+        pads[:, :] = 0
+        constant = np.uint64(0)
+    verifier_core(x, proofs, calls, slots, ring, wire_rows, pads, gadget_columns, delta, witness, ring_column,
+                  constant, out)
+    for d in range(n):
+        for j in range(width - 4 * c - 3):
+            w = np.uint64(0)
+            for b in range(8):
+                w |= np.uint64(joints[d, 8 * j + b]) << np.uint64(8 * b)
+            out[d, 4 * c + 3 + j] = w
+
+
+@njit(cache=True, nogil=True)
 def top_bits(words, held):  # noqa: ANN001, ANN201
     """Each of ``words`` (uint64 (n, W), in place) shifted right by 3 -- its top 61 bits, as
     :func:`secemb.fss.field.expand` reads a stream's words -- and ``held[i]`` (bool (n,)) set to
@@ -217,15 +273,32 @@ def top_bits(words, held):  # noqa: ANN001, ANN201
         held[i] = hit
 
 
+@njit(inline="always")
+def _below_p(v, width):  # noqa: ANN001, ANN202
+    """Whether the first ``width`` words of every row of ``v`` (uint64 (n, >= width)) are below ``p``."""
+    for d in range(v.shape[0]):
+        for k in range(width):
+            if v[d, k] >= _P:
+                return False
+    return True
+
+
 @njit(cache=True, nogil=True)
 def decide_core(v0, v1, wires, ok):  # noqa: ANN001, ANN201
     """:func:`secemb.fss.rangeproof.decide`'s verdict per device ``d`` (its numpy code is the
     reference) into ``ok[d]`` (bool (n,)), for verifier messages ``v0, v1`` uint64 (n, 2L + 3 +
-    4) whose field elements are below ``p`` (checked by the caller), ``L = wires``: ``z = 0``, at
-    both query points ``sum_j y_2j y_2j+1' (y_2j+1' - 1) (y_2j+1' - 2) = g`` with ``y`` the summed
-    wires (``y' = y_2j+1``) and ``g`` the summed gadget value, and the joint randomness equal."""
+    4), ``L = wires``: ``z = 0``, at both query points ``sum_j y_2j y_2j+1' (y_2j+1' - 1)
+    (y_2j+1' - 2) = g`` with ``y`` the summed wires (``y' = y_2j+1``) and ``g`` the summed gadget
+    value, and the joint randomness equal.  First it checks that their field elements (the first
+    ``2L + 3`` words of a row) are below ``p``: it returns 1 if one of ``v0``'s is not, else 2 if
+    one of ``v1``'s is not (then ``ok`` is not written), else 0 -- the check the caller's numpy
+    path makes with two reductions."""
     n = v0.shape[0]
     opened = 2 * wires + 3
+    if not _below_p(v0, opened):
+        return 1
+    if not _below_p(v1, opened):
+        return 2
     one, two = np.uint64(1), np.uint64(2)
     for d in range(n):
         good = _add(v0[d, 0], v1[d, 0]) == 0
@@ -241,6 +314,7 @@ def decide_core(v0, v1, wires, ok):  # noqa: ANN001, ANN201
         for k in range(opened, v0.shape[1]):
             good = good and v0[d, k] == v1[d, k]
         ok[d] = good
+    return 0
 
 
 # -- AES-256-CTR streams (AES-NI): server 1's expansion of a batch's proof seeds ------------------------

@@ -138,16 +138,18 @@ Sizes are in :class:`RangeParams`.  The servers' work is vectorized over the dev
 witness: the query is computed once a batch, the wires of all devices come from shared Lagrange rows
 times the batch's witness shares (the prover extends its wires to the nodes ``M+2..4M+4`` the same
 way, ``O(M N)`` multiply-adds), and what is per device is ``O(c + M)`` field operations besides.
-With the compiled kernels (:func:`secemb.fss.kernels.compiled`) that is one pass a batch in
-:func:`secemb.fss._rangeproof_kernels.verifier_core`, its devices the innermost loop (``O(N + L +
-M)`` multiply-adds a device and query point, no fixed cost a batch); otherwise one matrix product
-(:func:`secemb.fss.field.matmul`, float64 BLAS in limbs) for all devices, the same field elements.
-Per device it makes O(1) hashes: the own part, unless the caller has it already (:func:`own_parts`;
-one :func:`secemb.fss.hashing.sha256_many` batch where the devices' contexts are of one length, as
-:func:`hints_of` and :func:`seed_parts` hash a batch's parts), ``jr`` (one hashlib call a device)
-and SHAKE-128 for the ``2 (M/2 + c)`` coefficients (one :func:`secemb.fss.hashing.shake128_many`
-batch: the Keccak kernel, eight devices a permutation, where the compiled kernels run); the query is
-one compiled call a batch (:func:`secemb.fss._rangeproof_kernels.query_core`); at server 1, one
+With the compiled kernels (:func:`secemb.fss.kernels.compiled`) that is one call a batch,
+:func:`secemb.fss._rangeproof_kernels.verifier_batch`, which forms the query's maps from its
+randomness (:func:`_draw`; :func:`secemb.fss._rangeproof_kernels.query_core`) and makes one pass
+over the devices, the innermost loop (:func:`secemb.fss._rangeproof_kernels.verifier_core`: ``O(N +
+L + M)`` multiply-adds a device and query point); otherwise the query's maps in numpy
+(:func:`_query`) and one matrix product (:func:`secemb.fss.field.matmul`, float64 BLAS in limbs) for
+all devices, the same field elements.  Per device it makes O(1) hashes, each kind one
+:func:`secemb.fss.hashing.sha256_many` batch where the devices' contexts are of one length (else one
+hashlib call a device): the own part, unless the caller has it already (:func:`own_parts`, as
+:func:`hints_of` and :func:`seed_parts` hash a batch's parts), and ``jr`` (:func:`_joints`); and
+SHAKE-128 for the ``2 (M/2 + c)`` coefficients (one :func:`secemb.fss.hashing.shake128_many`
+batch: the Keccak kernel, eight devices a permutation, where the compiled kernels run); at server 1, one
 AES-CTR expansion (:func:`parse`: a batch's seeds in one :func:`secemb.fss.field.expand_many`
 call).  Server 0 parses a batch's messages and hashes its parts once for its request and its
 verdicts (:meth:`secemb.protocols.secemb.server.SecEmbServer.bound_request`), and checks a batch's
@@ -169,6 +171,7 @@ import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from functools import cache, cached_property
 
 import numpy as np
@@ -202,6 +205,9 @@ PART_BYTES = 32
 _JOINT_WORDS = PART_BYTES // 8
 _DOMAIN = b"secemb/fss/rangeproof/v1/"
 _P = np.uint64(F.P)
+#: the prefix of each device's coefficients' SHAKE-128 input (:func:`_coefficients`), and as uint8 (read-only)
+_COEFFICIENT_PREFIX = _DOMAIN + b"coefficients"
+_COEFFICIENT_ROW = np.frombuffer(_COEFFICIENT_PREFIX, np.uint8)
 # words before the elements of a message to server 0: blind_0 and part_1
 _HEAD_WORDS = (SEED_BYTES + PART_BYTES) // 8
 # devices per block in verifier_messages: bounds its temporaries (at rows 40, t 26 a block's largest is
@@ -346,6 +352,15 @@ def _chunk(n: int) -> int:
     return min(range(1, 2 * c0 + 2), key=lambda c: c + 2 * -(-n // c))
 
 
+@cache
+def _kernels() -> ModuleType:
+    """The compiled kernels' module (:mod:`secemb.fss._rangeproof_kernels`), imported on first use
+    (numba loads only where the kernels run)."""
+    from secemb.fss import _rangeproof_kernels
+
+    return _rangeproof_kernels
+
+
 def _holds_p_or_more(words: np.ndarray) -> bool:
     """Whether any of the uint64 ``words`` is not a field element (``p`` or more): one reduction,
     no temporary array."""
@@ -404,14 +419,37 @@ def _framed_rows(*columns: np.ndarray) -> np.ndarray:
 
 
 
-def _parts(party: int, contexts: Sequence[bytes], keys: np.ndarray, inputs: np.ndarray) -> list[bytes]:
+def _digest_rows(digests: list[bytes]) -> np.ndarray:
+    """``n`` 32-byte digests as the rows of uint8 (n, 32)."""
+    return np.frombuffer(b"".join(digests), np.uint8).reshape(len(digests), PART_BYTES)
+
+
+def _part_rows(party: int, contexts: Sequence[bytes], keys: np.ndarray, inputs: np.ndarray) -> np.ndarray:
     """:func:`_part` of each device -- its context (bytes), key (row of uint8 (n, 16)) and inputs'
-    bytes (row of uint8 (n, I)) -- as one :func:`~secemb.fss.hashing.sha256_many` batch where the
-    contexts are of one length, else one hash a device; the same digests."""
+    bytes (row of uint8 (n, I)) -- as the rows of uint8 (n, 32): one
+    :func:`~secemb.fss.hashing.sha256_many` batch where the contexts are of one length, else one hash
+    a device; the same digests."""
     rows = _context_rows(contexts)
     if rows is None:
-        return [_part(party, c, k.tobytes(), i.tobytes()) for c, k, i in zip(contexts, keys, inputs, strict=True)]
-    return row_bytes(sha256_many(_DOMAIN + b"part" + _framed(bytes([party])), _framed_rows(rows, keys, inputs)))
+        return _digest_rows([_part(party, c, k.tobytes(), i.tobytes())
+                             for c, k, i in zip(contexts, keys, inputs, strict=True)])
+    return sha256_many(_DOMAIN + b"part" + _framed(bytes([party])), _framed_rows(rows, keys, inputs))
+
+
+def _parts(party: int, contexts: Sequence[bytes], keys: np.ndarray, inputs: np.ndarray) -> list[bytes]:
+    """:func:`_part_rows` as ``n`` bytes objects."""
+    return row_bytes(_part_rows(party, contexts, keys, inputs))
+
+
+def _joints(contexts: Sequence[bytes], part0: np.ndarray, part1: np.ndarray) -> np.ndarray:
+    """:func:`_joint` of each device -- its context (bytes) and parts (rows of uint8 (n, 32)) -- as the
+    rows of uint8 (n, 32): one :func:`~secemb.fss.hashing.sha256_many` batch where the contexts are of
+    one length, else one hash a device; the same digests."""
+    rows = _context_rows(contexts)
+    if rows is None:
+        return _digest_rows([_joint(c, a.tobytes(), b.tobytes())
+                             for c, a, b in zip(contexts, part0, part1, strict=True)])
+    return sha256_many(_DOMAIN + b"joint", _framed_rows(rows, part0, part1))
 
 
 def _coefficients(params: RangeParams, joints: Sequence[bytes] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -425,7 +463,7 @@ def _coefficients(params: RangeParams, joints: Sequence[bytes] | np.ndarray) -> 
     width = 2 * (half + c)
     rows = joints if isinstance(joints, np.ndarray) else \
         np.frombuffer(b"".join(joints), np.uint8).reshape(len(joints), PART_BYTES)
-    words = shake128_many(_DOMAIN + b"coefficients", rows, 8 * width).view("<u8").astype(np.uint64) >> np.uint64(4)
+    words = shake128_many(_COEFFICIENT_PREFIX, rows, 8 * width).view("<u8").astype(np.uint64) >> np.uint64(4)
     return words[:, : 2 * half].reshape(-1, 2, half), words[:, 2 * half :].reshape(-1, 2, c)
 
 
@@ -448,43 +486,47 @@ class _Query:
     constant: np.ndarray
 
 
-def _query(params: RangeParams, query_seed: bytes) -> _Query:
-    """The batch's query from SHAKE-128 of the query seed alone: the points ``rho_1, rho_2``
-    (distinct, outside the nodes ``0..4M+4``), ``delta`` and ``rho'_0 .. rho'_(rows-1)`` (each a
-    16-byte little-endian integer reduced mod ``p``, as :func:`secemb.fss.field.from_uniform_bytes`
+@dataclass(frozen=True)
+class _Draw:
+    """A batch's query randomness from its seed (:func:`_draw`): the points ``rho_1, rho_2`` (uint64
+    (2,)), ``delta``, and the ``rows`` 16-byte little-endian integers of ``rho'`` as their low and
+    high words (uint64 (rows, 2)), which :func:`_query` and the compiled verifier reduce mod ``p``."""
+
+    points: np.ndarray
+    delta: np.uint64
+    rho_words: np.ndarray
+
+
+def _draw(params: RangeParams, query_seed: bytes) -> _Draw:
+    """The batch's query randomness from SHAKE-128 of the query seed alone: the points ``rho_1,
+    rho_2`` (distinct, outside the nodes ``0..4M+4``), ``delta`` and ``rho'_0 .. rho'_(rows-1)`` (each
+    a 16-byte little-endian integer reduced mod ``p``, as :func:`secemb.fss.field.from_uniform_bytes`
     reduces it)."""
-    d, m = params.gadget_nodes, params.digits
-    f, place = _places(params)
-    width = 2 + 1 + params.rows
-    blob = hashlib.shake_128(_DOMAIN + b"query" + _framed(query_seed)).digest(16 * width)
+    d = params.gadget_nodes
+    blob = hashlib.shake_128(_DOMAIN + b"query" + _framed(query_seed)).digest(16 * (3 + params.rows))
     h1 = int.from_bytes(blob[:16], "little") % (F.P - d)
     h2 = int.from_bytes(blob[16:32], "little") % (F.P - d - 1)
     points = np.array([d + h1, d + (h1 + 1 + h2) % (F.P - d)], dtype=np.uint64)  # any non-node value but rho_1
-    delta = np.uint64(int.from_bytes(blob[32:48], "little") % F.P)
-    if kernels.compiled():  # the same elements as the numpy below in one compiled call, rho' reduced there too
-        from secemb.fss._rangeproof_kernels import query_core
+    rho_words = np.frombuffer(blob, "<u8", 2 * params.rows, 48).astype(np.uint64, copy=False).reshape(params.rows, 2)
+    return _Draw(points, np.uint64(int.from_bytes(blob[32:48], "little") % F.P), rho_words)
 
-        lag, gadget_columns = np.empty((2, params.calls + 2), np.uint64), np.empty((d, 2), np.uint64)
-        pads = np.empty((2, params.chunk), np.uint64)
-        witness, ring = np.empty(params.rows * place.size, np.uint64), np.empty(params.rows, np.uint64)
-        constant = query_core(points, F.barycentric(params.calls + 2), F.barycentric(d), params.half_calls,
-                              params.chunk, params.witness_length,
-                              np.frombuffer(blob, "<u8", 2 * params.rows, 48).reshape(params.rows, 2), place,
-                              np.uint64(f), np.uint64(1 << (2 * m - 1)), lag, gadget_columns, pads, witness, ring)
-        return _Query(wire_rows=lag, pads=pads, gadget_columns=gadget_columns, delta=delta,
-                      witness_column=witness.reshape(-1, 1), ring_column=ring.reshape(-1, 1),
-                      constant=np.array(constant, np.uint64))
-    lag = F.lagrange_coefficients(params.calls + 2, points)  # (2, M + 2)
-    gadget_columns = F.lagrange_coefficients(d, points).T
-    rho = F.from_uniform_bytes(blob[48:], params.rows)
+
+def _query(params: RangeParams, query_seed: bytes) -> _Query:
+    """The batch's query (:func:`_draw`) as the linear maps of :func:`_verify_reference`, in numpy: the
+    reference of the query the compiled verifier forms
+    (:func:`secemb.fss._rangeproof_kernels.verifier_batch`)."""
+    draw = _draw(params, query_seed)
+    f, place = _places(params)
+    lag = F.lagrange_coefficients(params.calls + 2, draw.points)  # (2, M + 2)
+    rho = F.from_uniform_bytes(draw.rho_words.astype("<u8").tobytes(), params.rows)
     return _Query(
         wire_rows=lag,
         pads=_slot_sums(params, lag),
-        gadget_columns=gadget_columns,
-        delta=delta,
+        gadget_columns=F.lagrange_coefficients(params.gadget_nodes, draw.points).T,
+        delta=draw.delta,
         witness_column=F.neg(F.mul(rho[:, None], place)).reshape(-1, 1),
         ring_column=F.mul(rho, np.uint64(f))[:, None],
-        constant=F.mul(F.sum_mod(rho), np.uint64(1 << (2 * m - 1))),
+        constant=F.mul(F.sum_mod(rho), np.uint64(1 << (2 * params.digits - 1))),
     )
 
 
@@ -794,10 +836,15 @@ def _own_parts(shares: ProofShares, contexts: list[bytes]) -> list[bytes]:
     """:func:`own_parts` of checked arguments (contexts as bytes)."""
     if not len(shares):
         return []
-    # server 0 hashes its witness shares' wire bytes (little-endian words), server 1 its seed alone
-    inputs = shares.inputs.astype("<u8", copy=False).view(np.uint8) if shares.party == 0 else \
-        np.empty((len(shares), 0), np.uint8)
-    return _parts(shares.party, contexts, shares.keys, inputs)
+    return _parts(shares.party, contexts, shares.keys, _hashed_inputs(shares))
+
+
+def _hashed_inputs(shares: ProofShares) -> np.ndarray:
+    """What a server's own part hashes after its key, a device a row of uint8 (n, I): server 0 its
+    witness shares' wire bytes (little-endian words), server 1 nothing (its seed alone)."""
+    if shares.party == 0:
+        return shares.inputs.astype("<u8", copy=False).view(np.uint8)
+    return np.empty((len(shares), 0), np.uint8)
 
 
 def well_formed(params: RangeParams, msgs: Sequence[bytes | memoryview]) -> np.ndarray:
@@ -888,7 +935,7 @@ def verifier_messages(
         raise InvalidParameters(
             f"ring_shares must be an integer array ({n}, {params.rows}), got {ring.dtype} {ring.shape}"
         )
-    if ring.size and (ring.min() < 0 or int(ring.max()) >> params.ring_bits):  # two reductions, no temporary
+    if ring.size and (ring.dtype.kind == "i" and ring.min() < 0 or int(ring.max()) >> params.ring_bits):  # no temporary
         raise InvalidParameters(f"ring_shares must hold ring elements in [0, 2^{params.ring_bits})")
     if len(contexts) != n or not all(isinstance(c, (bytes, bytearray)) for c in contexts):
         raise InvalidParameters(f"contexts must be {n} bytes objects")
@@ -897,49 +944,39 @@ def verifier_messages(
     if parts is not None and (len(parts) != n or not all(isinstance(x, bytes) and len(x) == PART_BYTES
                                                           for x in parts)):
         raise InvalidParameters(f"parts must be {n} bytes objects of {PART_BYTES} bytes")
-    query = _query(params, bytes(query_seed))
+    # the compiled verifier forms the query's maps from its randomness in its call; numpy's are formed here
+    query = _draw(params, bytes(query_seed)) if kernels.compiled() else _query(params, bytes(query_seed))
+    own = None if parts is None else _digest_rows(list(parts))
     out = np.empty((n, params.verifier_length), dtype=np.uint64)
     for lo in range(0, n, _VERIFIER_BLOCK):
         hi = min(n, lo + _VERIFIER_BLOCK)
-        out[lo:hi] = _verify_block(params, party, shares, lo, hi, ring[lo:hi].astype(np.uint64), contexts[lo:hi], query,
-                                   None if parts is None else parts[lo:hi])
+        out[lo:hi] = _verify_block(params, party, shares.rows(lo, hi), ring[lo:hi].astype(np.uint64), contexts[lo:hi],
+                                   query, None if own is None else own[lo:hi])
     return out
 
 
-def _verify_block(
-    params: RangeParams,
-    party: int,
-    shares: ProofShares,
-    lo: int,
-    hi: int,
-    ring: np.ndarray,
-    contexts: Sequence[bytes],
-    query: _Query,
-    parts: Sequence[bytes] | None,
-) -> np.ndarray:
-    x, proofs = shares.inputs[lo:hi], shares.proofs[lo:hi]
-    n = hi - lo
-    hints = shares.hints[lo:hi].tobytes()
-    ctxs = [bytes(c) for c in contexts]
-    own = list(parts) if parts is not None else _own_parts(shares.rows(lo, hi), ctxs)  # one batch, unless given
-    jrs = []
-    for i in range(n):  # jr one _joint call a device (a sha256_many batch of 20 saved only 10-15 us, session 32)
-        hint = hints[i * PART_BYTES : (i + 1) * PART_BYTES]
-        jrs.append(_joint(ctxs[i], *((own[i], hint) if party == 0 else (hint, own[i]))))
-    joints = np.frombuffer(b"".join(jrs), np.uint8).reshape(n, PART_BYTES)
-    calls, slots = _coefficients(params, joints)
+def _verify_block(params: RangeParams, party: int, shares: ProofShares, ring: np.ndarray, contexts: Sequence[bytes],
+                  query: _Draw | _Query, own: np.ndarray | None) -> np.ndarray:
+    """:func:`verifier_messages` of a block of devices (``shares`` theirs; ``own``: this server's parts
+    as rows of uint8 (n, 32), or None to hash them here): their joint randomness as one batch
+    (:func:`_joints`), then their coefficients and the field part in one compiled call
+    (:func:`secemb.fss._rangeproof_kernels.verifier_batch`, of the query's randomness, :func:`_draw`)
+    or in numpy (:func:`_coefficients`, :func:`_verify_reference` of the query's maps, :func:`_query`)."""
+    n = len(shares)
+    own = _part_rows(party, contexts, shares.keys, _hashed_inputs(shares)) if own is None else own
+    joints = _joints(contexts, *((own, shares.hints) if party == 0 else (shares.hints, own)))
     msg = np.empty((n, params.verifier_length), dtype=np.uint64)
-    msg[:, params.opened_length :] = joints.view("<u8")
-    if kernels.compiled():  # the same field elements in one compiled pass over the block's devices
-        from secemb.fss._rangeproof_kernels import verifier_core
-
-        pads = query.pads if party == 0 else np.zeros_like(query.pads)
+    if isinstance(query, _Draw):  # the same words in one compiled call over the block's devices
+        f, place = _places(params)
         # x and proofs as parsed (views of one array a device): the kernel reads each once, into its transposed copy
-        verifier_core(x, proofs, calls, slots, ring, query.wire_rows, pads,
-                      query.gadget_columns, np.uint64(query.delta), query.witness_column[:, 0],
-                      query.ring_column[:, 0], np.uint64(query.constant if party == 0 else 0), msg)
+        _kernels().verifier_batch(_COEFFICIENT_ROW, joints, query.points, F.barycentric(params.calls + 2),
+                                  F.barycentric(params.gadget_nodes), query.rho_words, place, np.uint64(f),
+                                  np.uint64(1 << (2 * params.digits - 1)), query.delta, party == 0, shares.inputs,
+                                  shares.proofs, ring, msg)
         return msg
-    _verify_reference(params, party, x, proofs, calls, slots, ring, query, msg)
+    msg[:, params.opened_length :] = joints.view("<u8")
+    calls, slots = _coefficients(params, joints)
+    _verify_reference(params, party, shares.inputs, shares.proofs, calls, slots, ring, query, msg)
     return msg
 
 
@@ -968,9 +1005,10 @@ def _padded(params: RangeParams, x: np.ndarray) -> np.ndarray:
     return out.reshape(len(x), params.half_calls, params.chunk)
 
 
-def parse_verifier_messages(params: RangeParams, data: bytes, n: int) -> np.ndarray:
+def parse_verifier_messages(params: RangeParams, data: bytes | memoryview, n: int) -> np.ndarray:
     """The other server's verifier messages for ``n`` devices from their wire bytes (written by
-    ``secemb.fss.field.to_bytes(v)``: ``params.verifier_bytes`` a device, little-endian words).
+    ``secemb.fss.field.to_bytes(v)``: ``params.verifier_bytes`` a device, little-endian words; bytes
+    or a byte view of them), as a new array.
 
     Raises
     ------
@@ -1009,16 +1047,17 @@ def decide(params: RangeParams, v0: np.ndarray, v1: np.ndarray) -> np.ndarray:
     for name, v in (("v0", v0), ("v1", v1)):
         if not isinstance(v, np.ndarray) or v.dtype != np.uint64 or v.ndim != 2 or v.shape[1] != width:
             raise InvalidMessage(f"{name} must be a uint64 array (n, {width})")
+    if kernels.compiled() and v0.shape == v1.shape:  # the same checks and verdicts as the numpy below, one call
+        verdicts = np.empty(len(v0), dtype=bool)
+        bad = _kernels().decide_core(np.ascontiguousarray(v0), np.ascontiguousarray(v1), params.wires, verdicts)
+        if bad:
+            raise InvalidMessage(f"{('v0', 'v1')[bad - 1]}: a field element is not below p")
+        return verdicts
+    for name, v in (("v0", v0), ("v1", v1)):
         if _holds_p_or_more(v[:, :nf]):
             raise InvalidMessage(f"{name}: a field element is not below p")
     if v0.shape != v1.shape:
         raise InvalidMessage(f"verifier messages for different batches: {v0.shape} and {v1.shape}")
-    if kernels.compiled():  # the same verdicts as the numpy below in one compiled pass
-        from secemb.fss._rangeproof_kernels import decide_core
-
-        verdicts = np.empty(len(v0), dtype=bool)
-        decide_core(np.ascontiguousarray(v0), np.ascontiguousarray(v1), params.wires, verdicts)
-        return verdicts
     s = F.add(v0[:, :nf], v1[:, :nf])
     ok = s[:, 0] == 0
     big_l = params.wires

@@ -60,7 +60,8 @@ def _opened_z(rnd: tbp.Round, answer: bytes, swapped: bytes, query: bytes, monke
     jr1 = v1[VICTIM, -4:].tobytes()
     shares0 = R.parse(params, 0, [rnd.s0._proofs[VICTIM]])
     with monkeypatch.context() as m:
-        m.setattr(R, "_joint", lambda *_: jr1)  # server 0 takes server 1's coefficients
+        # server 0 takes server 1's coefficients (its joint randomness: one batch a block of devices since session 33)
+        m.setattr(R, "_joints", lambda contexts, *_: np.frombuffer(jr1 * len(contexts), np.uint8).reshape(-1, 32))
         v0 = R.verifier_messages(params, 0, shares0, rnd.s0._bound_projections([VICTIM], [swapped]),
                                  rnd.s0._bound_contexts([VICTIM], [swapped]), query)
     return int(F.add(v0[0, 0], v1[VICTIM, 0]))

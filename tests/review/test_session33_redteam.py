@@ -815,6 +815,83 @@ def test_server_inputs_many_leaves_the_callers_arrays_alone(backend: str, party:
     assert K.server_inputs(a, party).tolist() == want[0] and np.array_equal(a, kept[0])
 
 
+# --- the affine projections (helper V: byte planes straight from the parts) -------------------------------------
+
+
+def _affine_case(dtype: type, n: int, slots: int, width: int, dense: int, layout: str) -> list[tuple]:
+    """``n`` devices' affine parts: words at the ring's extremes, counts of several integer dtypes
+    with their extremes (negative ones wrap as ``astype`` does), in the ``layout`` asked (device 0, 1
+    or the last one's arrays made Fortran-order, reversed, strided or read-only views)."""
+    bits = np.dtype(dtype).itemsize * 8
+    out = []
+    for d in range(n):
+        base = np.frombuffer(secrets.token_bytes(slots * width * bits // 8), dtype).reshape(slots, width).copy()
+        words = np.frombuffer(secrets.token_bytes(slots * width * bits // 8), dtype).reshape(slots, width).copy()
+        base.reshape(-1)[:: 3] = np.iinfo(dtype).max
+        words.reshape(-1)[1::4] = np.iinfo(dtype).max
+        count = np.array([secrets.randbelow(1 << 20) - (1 << 19) for _ in range(slots)], np.int64)
+        if slots:
+            count[0] = np.iinfo(np.int64).min if slots > 1 else -1
+        count = count.astype((np.int64, np.int8, np.uint16, np.uint64)[d % 4])
+        tail = np.frombuffer(secrets.token_bytes(dense * bits // 8), dtype).copy()
+        if layout != "contiguous" and d in {0, 1, n - 1} - ({0} if layout.endswith("later") else set()):
+            if layout.startswith("fortran"):
+                base, words = np.asfortranarray(base), np.asfortranarray(words)
+            elif layout.startswith("reversed"):
+                base, words = base[::-1].copy()[::-1], words[:, ::-1].copy()[:, ::-1]
+                count = count[::-1].copy()[::-1]
+            elif layout.startswith("strided"):
+                wide = np.zeros((slots, 2 * width), dtype)
+                wide[:, ::2] = words
+                words = wide[:, ::2]
+                long = np.zeros(2 * dense, dtype)
+                long[::2] = tail
+                tail = long[::2]
+            elif layout.startswith("read-only"):
+                for a in (base, words, tail):
+                    a.setflags(write=False)
+        out.append((base, count, words, tail))
+    return out
+
+
+def _affine_spec(parts: list[tuple], negate: bool, dtype: type) -> np.ndarray:
+    """The vectors of the parts in Python integers: ``((-1)^negate (base + count words)).ravel() || tail mod 2^k``."""
+    modulus = 1 << (np.dtype(dtype).itemsize * 8)
+    rows = []
+    for base, count, words, tail in parts:
+        sign = -1 if negate else 1
+        affine = [sign * (int(b) + int(c) * int(w)) % modulus
+                  for brow, c, wrow in zip(base.tolist(), count.tolist(), words.tolist(), strict=True)
+                  for b, w in zip(brow, wrow, strict=True)]
+        rows.append(affine + [int(t) for t in tail.tolist()])
+    return np.array(rows, dtype)
+
+
+@pytest.mark.parametrize(("dtype", "n", "slots", "width", "dense"), [
+    (np.uint32, 1, 1, 1, 0), (np.uint32, 5, 4, 64, 1), (np.uint64, 3, 2, 127, 3), (np.uint32, 9, 3, 85, 2),
+    (np.uint64, 2, 33, 7, 261), (np.uint64, 3, 0, 5, 3), (np.uint32, 4, 4, 0, 3)])
+def test_project_affine_is_project_each_of_the_vectors(dtype: type, n: int, slots: int, width: int,
+                                                       dense: int) -> None:
+    """``project_affine`` on the compiled backend (byte planes straight from C-contiguous parts on
+    AMX, the vectors' path for any other layout, also when a later device of a pass is the odd one)
+    equals the numpy backend's ``project_each`` of the vectors formed here in Python integers --
+    lengths around the planes' 256-word chunk and 4-word rows, 1 to 9 devices (passes of 2 and 4, a
+    short last one), seeds shared and not, both signs, every layout."""
+    from secemb.fss import projections
+
+    seeds = [secrets.token_bytes(16) for _ in range(n)]
+    if n > 2:
+        seeds[1] = seeds[n - 1]  # one challenge for two devices
+    for layout, negate in itertools.product(("contiguous", "fortran", "reversed", "strided", "read-only",
+                                             "fortran-later", "strided-later"), (False, True)):
+        parts = _affine_case(dtype, n, slots, width, dense, layout)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(kernels, "BACKEND", "numpy")
+            want = projections.project_each(seeds, _affine_spec(parts, negate, dtype), 40)
+        got = projections.project_affine(seeds, negate, parts, 40)
+        assert got.dtype == want.dtype and np.array_equal(got, want), (negate, layout)
+
+
 # --- findings ----------------------------------------------------------------------------------------------------
 
 

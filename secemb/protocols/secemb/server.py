@@ -1322,7 +1322,7 @@ class SecEmbServer(ServerRole):
             raise ProtocolError("bound_rejected before bound_request")
         users = asked.users
         body = open_message(answer, NAME, "bound_answer", 0, cfg.round_id, len(users) * params.verifier_bytes)
-        v1 = rangeproof.parse_verifier_messages(params, bytes(body), len(users))
+        v1 = rangeproof.parse_verifier_messages(params, body, len(users))  # read from the opened body, one copy
         v0 = self._verifier_messages(params, asked.shares, users, asked.challenges, asked.contexts, asked.query,
                                      parts=asked.hints)  # the request's shares and parts, parsed and hashed once
         ok = rangeproof.decide(params, v0, v1)
