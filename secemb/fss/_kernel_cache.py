@@ -1,8 +1,11 @@
 """numba's on-disk cache of the kernels, invalidated by the modules they depend on (internal).
 
 numba keeps a cached function's machine code while the function's own source file is unchanged
-(its contents, bytecode, signature and CPU): a kernel that inlines an intrinsic from another
-module keeps its cached code when only that module changes.  So after an edit or an upgrade that
+(its contents, bytecode, signature and target: an entry of the index for each CPU name and LLVM
+feature string, so that the code for the target ``NUMBA_CPU_NAME`` / ``NUMBA_CPU_FEATURES`` name
+lies next to this CPU's and never replaces it, :func:`secemb.fss.kernels.host_cpu_features`): a
+kernel that inlines an intrinsic from another module keeps its cached code when only that module
+changes.  So after an edit or an upgrade that
 changes only :mod:`secemb.fss._aesni` (the AES intrinsics), the walk, the conversions and the
 check would run the old intrinsics' code from the cache (found in session 28: a stale cache of
 ``convert_accumulate`` gave wrong sums until it was cleared).

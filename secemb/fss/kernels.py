@@ -8,9 +8,10 @@ subtree with their correction words and control bits, the payload conversion, th
 correction ``t * CW`` and the aggregation sums.  The two give the same bits
 (``tests/fss/test_fss_kernels.py``).
 
-Selection: :data:`BACKEND` is ``"numba"`` when numba is installed and the CPU has AES-NI,
-``"numpy"`` otherwise; the environment variable ``SECEMB_FSS_KERNELS=numpy`` forces the
-reference (read once at import; tests and benchmarks assign :data:`BACKEND` directly).
+Selection: :data:`BACKEND` is ``"numba"`` when numba is installed and the CPU it compiles for
+has AES-NI (:func:`host_cpu_features`), ``"numpy"`` otherwise; the environment variable
+``SECEMB_FSS_KERNELS=numpy`` forces the reference (read once at import; tests and benchmarks
+assign :data:`BACKEND` directly).
 """
 
 from __future__ import annotations
@@ -28,17 +29,58 @@ from secemb.errors import InvalidParameters
 __all__ = ["BACKEND", "compiled", "available", "host_cpu_features", "sha_compiled", "signals_deferred"]
 
 
+#: among the features the kernels choose their code by, those LLVM enables with each (its X86 target's
+#: implications): a feature :func:`host_cpu_features` reads from ``NUMBA_CPU_FEATURES`` counts only
+#: with these, so that a string like ``+vaes,-avx2`` (LLVM: no VAES) does not pick the VAES code
+_REQUIRES: dict[str, tuple[str, ...]] = {
+    "vaes": ("aes", "avx2"), "avx2": ("avx",), "avx512f": ("avx2",), "avx512vl": ("avx512f",),
+    "avx512ifma": ("avx512f",), "amx-int8": ("amx-tile",),
+}
+
+
+def _named_features(flat: str) -> dict[str, bool]:
+    """The features an LLVM feature string (``"+aes,-avx512f,..."``) enables: each it names with
+    ``+`` and never with ``-``, with the features :data:`_REQUIRES` lists for it; every feature it
+    names is a key.  A feature it does not name counts as absent (a CPU model's own features too)."""
+    signs: dict[str, set[str]] = {}
+    for item in flat.split(","):
+        item = item.strip()
+        if item[:1] in ("+", "-") and len(item) > 1:
+            signs.setdefault(item[1:], set()).add(item[0])
+
+    def on(name: str) -> bool:
+        return signs.get(name) == {"+"} and all(on(r) for r in _REQUIRES.get(name, ()))
+
+    return {name: on(name) for name in signs}
+
+
 @cache
 def host_cpu_features() -> dict[str, bool]:
-    """LLVM's feature flags of this CPU (``"aes"``, ``"vaes"``, ``"avx2"``, ...), through llvmlite
-    (numba's code generator; raises ``ImportError`` without it)."""
-    import llvmlite.binding as llb
+    """The CPU features numba compiles the kernels for, by LLVM's names (``"aes"``, ``"vaes"``,
+    ``"avx2"``, ``"avx512f"``, ``"avx512ifma"``, ``"sha"``, ``"amx-tile"``, ...): the kernels pick
+    their code by these (:mod:`secemb.fss._aesni`, :mod:`secemb.fss._projection_kernels`,
+    :func:`sha_compiled`), so that they emit only instructions of the target numba compiles for.
 
-    return dict(llb.get_host_cpu_features())
+    By default this CPU's (LLVM's host features, as numba takes them: without AVX where numba
+    turns it off, ``NUMBA_ENABLE_AVX=0``).  numba's own ``NUMBA_CPU_FEATURES`` (read through
+    ``numba.core.config``) replaces them: numba then generates code for that LLVM feature string
+    (and ``NUMBA_CPU_NAME``'s model), and this reports the features the string enables
+    (:func:`_named_features`: a feature it does not name counts as absent, so a partial string
+    picks narrower code, never an instruction the target lacks).  That is the testing and
+    deployment knob to run the kernels as a CPU without AVX-512, AMX or VAES would, on a CPU that
+    has every feature the string enables: e.g. ``NUMBA_CPU_NAME=znver3`` and a string with ``+``
+    for that CPU's features and ``-`` for every other this LLVM knows (the profiles of
+    ``tests/fss/test_cpu_profiles.py``).  numba's cache keys each kernel's code by the CPU name and
+    the feature string, so the code of different targets never mixes
+    (:mod:`secemb.fss._kernel_cache`).  Raises ``ImportError`` without numba."""
+    from numba.core import codegen, config
+
+    flat = getattr(config, "CPU_FEATURES", None)  # set from the environment at numba's import
+    return _named_features(codegen.get_host_cpu_features() if flat is None else flat)
 
 
 def available() -> bool:
-    """Whether the compiled kernels can run here (numba imports, CPU with AES-NI).
+    """Whether the compiled kernels can run here (numba imports, its target CPU has AES-NI).
 
     It imports numba (a numba that refuses this numpy raises ``ImportError``: the reference is
     used then) but not numba's registries, which :mod:`secemb.fss._aesni` loads when a kernel
