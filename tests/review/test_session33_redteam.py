@@ -1,7 +1,9 @@
-"""Red team of session 33's batched verifiers (helper R): the sketch proof's server paths (helper Q:
-``sketchproof.verify`` / ``verifier_messages`` as one compiled call each, ``parse`` joining a batch
-once, ``parse_verifier_messages`` in one pass, ``sketch.server_inputs_many`` and the one-pass
-``shares_core``, ``sketch.expand`` keyed from the SHAKE rows), tests only.
+"""Red team of session 33's batched verifiers (helper R), tests only: the sketch proof's server paths
+(helper Q: ``sketchproof.verify`` / ``verifier_messages`` as one compiled call each, ``parse`` joining
+a batch once, ``parse_verifier_messages`` in one pass, ``sketch.server_inputs_many`` and the
+one-pass ``shares_core``, ``sketch.expand`` keyed from the SHAKE rows), the range proof's verifier
+(helper F: ``verifier_batch``, the coefficients and the query in one call a block, ``_joints`` as one
+batch, ``decide_core``'s below-p checks) and ``projections.project_affine`` (helper V).
 
 Two kinds of expected values, neither computed by the code under test:
 
@@ -25,7 +27,9 @@ Findings (a strict xfail asserting the safe behaviour while open):
 * S33-R2 (low, hazmat, older than this session): ``sketchproof.parse`` given a bytes-like but not
   C-contiguous message (``memoryview(b)[::2]`` of the right ``nbytes``) raises ``TypeError`` from
   ``b"".join`` (27f20c0: the same from ``well_formed``), and ``parse_verifier_messages`` a
-  ``BufferError`` from ``np.frombuffer``; not InvalidMessage.  Not reachable over HTTP (bodies are
+  ``BufferError`` from ``np.frombuffer``; not InvalidMessage.  The same in ``rangeproof.parse`` and
+  ``rangeproof.parse_verifier_messages`` (``bound_rejected`` now hands it the opened body as a
+  memoryview: a contiguous one, so no path from the peer).  Not reachable over HTTP (bodies are
   ``bytes``).  Fix: ``_nbytes`` returns None for a memoryview that is not ``c_contiguous`` (then
   "got memoryview" names it).
 * S33-R3 (low, hazmat): ``sketch.server_inputs_many`` checks the dtype of the stacked array, not of each
@@ -943,6 +947,11 @@ def test_non_contiguous_memoryviews_are_refused_as_messages() -> None:
         S.parse(params, [memoryview(bytes(2 * params.proof_bytes))[::2]])
     with pytest.raises(InvalidMessage):
         S.parse_verifier_messages(params, memoryview(bytes(2 * params.verifier_bytes))[::2], 1)
+    ranges = R.RangeParams(3, 5, 32)
+    with pytest.raises(InvalidMessage):
+        R.parse_verifier_messages(ranges, memoryview(bytes(2 * ranges.verifier_bytes))[::2], 1)
+    with pytest.raises(InvalidMessage):
+        R.parse(ranges, 0, [memoryview(bytes(2 * ranges.message_bytes(0)))[::2]])
 
 
 if __name__ == "__main__":  # print the outcomes of the importable secemb: REFERENCE's source
