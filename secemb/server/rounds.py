@@ -120,16 +120,23 @@ class Outcomes:
 class Batcher:
     """Groups concurrent calls into one call of ``fn(items) -> results`` (a result may be an
     exception, raised in its caller's thread; ``fn`` returns one result per item, else every
-    caller of the batch gets a ``RuntimeError``).  One worker thread."""
+    caller of the batch gets a ``RuntimeError``).  One worker thread, started by a call when none
+    runs and ended after ``idle_s`` seconds without one: an idle batcher holds no thread, and no
+    thread keeps ``fn``'s owner (a server node) alive after its last use."""
 
-    def __init__(self, fn: Callable[[list[Any]], list[Any]], max_batch: int = 256) -> None:
-        self._fn, self._max = fn, max_batch
+    def __init__(self, fn: Callable[[list[Any]], list[Any]], max_batch: int = 256, idle_s: float = 2.0) -> None:
+        self._fn, self._max, self._idle = fn, max_batch, idle_s
         self._q: queue.Queue[tuple[Any, Future]] = queue.Queue()
-        threading.Thread(target=self._run, daemon=True, name="secemb-batcher").start()
+        self._lock = threading.Lock()
+        self._running = False  # a worker runs or is starting; changed under _lock
 
     def __call__(self, item: Any) -> Any:
         fut: Future = Future()
-        self._q.put((item, fut))
+        self._q.put((item, fut))  # before the check below: a worker that is ending sees the item
+        with self._lock:
+            if not self._running:
+                self._running = True
+                threading.Thread(target=self._run, daemon=True, name="secemb-batcher").start()
         out = fut.result()
         if isinstance(out, BaseException):
             raise out
@@ -137,7 +144,14 @@ class Batcher:
 
     def _run(self) -> None:
         while True:
-            batch = [self._q.get()]
+            try:
+                batch = [self._q.get(timeout=self._idle)]
+            except queue.Empty:
+                with self._lock:  # a caller puts its item before it takes the lock: none is missed
+                    if self._q.empty():
+                        self._running = False
+                        return
+                continue
             while len(batch) < self._max:
                 try:
                     batch.append(self._q.get_nowait())

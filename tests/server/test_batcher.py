@@ -56,3 +56,61 @@ def test_too_many_results_fail_the_callers_too(extra: int) -> None:
     b = Batcher(lambda items: [0] * (len(items) + extra))
     kind, exc = _call(b, 7)
     assert kind == "raised" and isinstance(exc, RuntimeError)
+
+
+def _workers() -> int:
+    return sum(t.name == "secemb-batcher" and t.is_alive() for t in threading.enumerate())
+
+
+def _until(cond: Any, limit: float = 5.0) -> bool:
+    import time
+
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.01)
+    return cond()
+
+
+def test_an_idle_batcher_holds_no_thread_and_lets_its_owner_go() -> None:
+    """Session 33 (helper T's finding): every batcher kept a worker thread forever, and the
+    thread kept its server node alive -- a test worker ended the suite with ~2,000 idle threads.
+    Now the worker ends after ``idle_s`` without a call and a later call starts another."""
+    import gc
+    import weakref
+
+    class Owner:
+        def fn(self, items: list[int]) -> list[int]:
+            return [i + 1 for i in items]
+
+    before = _workers()
+    owner = Owner()
+    b = Batcher(owner.fn, idle_s=0.05)
+    assert _workers() == before, "no thread before the first call"
+    assert _call(b, 1) == ("ok", 2)
+    assert _until(lambda: _workers() == before), "the worker must end when idle"
+    assert _call(b, 5) == ("ok", 6)  # a later call starts a worker again
+    ref = weakref.ref(owner)
+    del owner, b
+    assert _until(lambda: _workers() == before)
+    gc.collect()
+    assert ref() is None, "nothing may keep the batcher's owner alive once it is idle"
+
+
+def test_calls_racing_the_worker_s_end_are_all_answered() -> None:
+    """With an idle time of 1 ms a worker ends between most calls: 8 threads x 50 calls each must
+    all get their own result (a call put while the worker decides to end is not lost)."""
+    b = Batcher(lambda items: [i * 3 for i in items], idle_s=0.001)
+    results: dict[int, list[Any]] = {}
+
+    def run(k: int) -> None:
+        results[k] = [b(k * 1000 + j) for j in range(50)]
+
+    threads = [threading.Thread(target=run, args=(k,), daemon=True) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert all(not t.is_alive() for t in threads), "a caller was left waiting"
+    assert results == {k: [(k * 1000 + j) * 3 for j in range(50)] for k in range(8)}
