@@ -59,6 +59,7 @@ __all__ = [
     "xof",
     "to_bytes",
     "from_canonical_bytes",
+    "message_nbytes",
     "lagrange_coefficients",
     "barycentric",
 ]
@@ -381,6 +382,16 @@ def to_bytes(x: np.ndarray) -> bytes:
     """Field elements as their wire bytes: little-endian ``uint64``, ``ELEMENT_BYTES`` each, in
     C order."""
     return np.ascontiguousarray(x, dtype="<u8").tobytes()
+
+
+def message_nbytes(data: object) -> int | None:
+    """The length in bytes of a bytes-like message of field elements (``bytes``, ``bytearray`` or a
+    C-contiguous ``memoryview``, which counts bytes, not items), or None for anything else: a caller
+    refuses a message whose length is not the one it expects, so a strided view (which joins and
+    ``np.frombuffer`` cannot read) is refused as a message, never a TypeError (finding S33-R2)."""
+    if isinstance(data, memoryview):
+        return data.nbytes if data.c_contiguous else None
+    return len(data) if isinstance(data, (bytes, bytearray)) else None
 
 
 def from_canonical_bytes(data: bytes | memoryview, count: int, what: str = "field elements") -> np.ndarray:

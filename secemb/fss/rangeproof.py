@@ -367,12 +367,6 @@ def _holds_p_or_more(words: np.ndarray) -> bool:
     return bool(words.size) and bool(words.max() >= _P)
 
 
-def _nbytes(data: object) -> int | None:
-    """The length in bytes of a bytes-like message (a ``memoryview`` counts bytes, not items), or
-    None for anything else."""
-    return memoryview(data).nbytes if isinstance(data, (bytes, bytearray, memoryview)) else None
-
-
 def _context(context: bytes) -> bytes:
     """``context`` as bytes, refusing anything else (``bytes(5)`` would be five zero bytes)."""
     if not isinstance(context, (bytes, bytearray)):
@@ -700,7 +694,7 @@ def _check_size(params: RangeParams, party: int, msg: object, index: int | None 
     """Refuse a device's message to server ``party`` (the ``index``-th of a batch, if given) that is
     not bytes of ``params.message_bytes(party)`` (:class:`InvalidMessage`, naming what came instead)."""
     size = params.message_bytes(party)
-    got_bytes = _nbytes(msg)
+    got_bytes = F.message_nbytes(msg)
     if got_bytes != size:
         got = type(msg).__name__ if got_bytes is None else f"{got_bytes} bytes"
         which = "" if index is None else f" {index}"
@@ -853,7 +847,7 @@ def well_formed(params: RangeParams, msgs: Sequence[bytes | memoryview]) -> np.n
     batch's intake checks its messages in one pass, then names a refused one's fault with
     :func:`check_message`."""
     size = params.message_bytes(0)
-    sized = [i for i, m in enumerate(msgs) if _nbytes(m) == size]
+    sized = [i for i, m in enumerate(msgs) if F.message_nbytes(m) == size]
     words = np.frombuffer(b"".join([msgs[i] for i in sized]), dtype="<u8").reshape(len(sized), size // 8)
     out = np.zeros(len(msgs), bool)
     out[sized] = words[:, _HEAD_WORDS:].max(axis=1, initial=0) < _P
@@ -1016,7 +1010,7 @@ def parse_verifier_messages(params: RangeParams, data: bytes | memoryview, n: in
         If ``data`` is not ``n * params.verifier_bytes`` bytes, or a field element is not below ``p``.
     """
     n = check_int("n", n, low=0)
-    got_bytes = _nbytes(data)
+    got_bytes = F.message_nbytes(data)
     if got_bytes != n * params.verifier_bytes:
         got = type(data).__name__ if got_bytes is None else f"{got_bytes} bytes"
         raise InvalidMessage(f"verifier messages: expected {n * params.verifier_bytes} bytes ({n} devices), got {got}")

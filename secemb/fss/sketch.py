@@ -406,7 +406,8 @@ def server_inputs_many(values: Sequence[np.ndarray], party: int) -> np.ndarray:
     InvalidParameters: ``party`` not 0 or 1, or the values not ``n >= 1`` unsigned 64-bit (K, 3)
         arrays of one shape in ``[0, p)``.
     """
-    if not values or any(not isinstance(v, np.ndarray) or v.ndim != 2 for v in values):
+    if len(values) == 0 or any(not isinstance(v, np.ndarray) or v.ndim != 2 or v.dtype.kind != "u"
+                               or v.dtype.itemsize != 8 for v in values):  # S33-R1, S33-R3: each array's own dtype
         raise InvalidParameters(f"values must be n >= 1 uint64 (K, {SKETCH_WORDS}) arrays below p")
     try:
         stacked = np.stack(values)

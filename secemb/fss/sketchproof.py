@@ -515,11 +515,6 @@ def prove_many(params: SketchParams, xs: np.ndarray, seeds: Sequence[bytes], sig
     return proofs
 
 
-def _nbytes(data: object) -> int | None:
-    """The length in bytes of a bytes-like message, or None for anything else."""
-    return memoryview(data).nbytes if isinstance(data, (bytes, bytearray, memoryview)) else None
-
-
 def check_message(params: SketchParams, msg: object, index: int | None = None) -> None:
     """Refuse a device's proof share ``pi0`` (untrusted bytes; the ``index``-th of a batch, if given)
     that is not ``params.proof_bytes`` bytes of field elements below ``p``: one message at a time,
@@ -531,7 +526,7 @@ def check_message(params: SketchParams, msg: object, index: int | None = None) -
         If the message is malformed (the error names what came instead).
     """
     which = "" if index is None else f" {index}"
-    size = _nbytes(msg)
+    size = F.message_nbytes(msg)
     if size != params.proof_bytes:
         got = type(msg).__name__ if size is None else f"{size} bytes"
         raise InvalidMessage(f"sketch proof{which}: expected {params.proof_bytes} bytes, got {got}")
@@ -545,7 +540,7 @@ def well_formed(params: SketchParams, msgs: Sequence[bytes | memoryview]) -> np.
     (``params.proof_bytes`` bytes of field elements below ``p``), read as one buffer: a batch's
     intake checks its messages in one pass, then names a refused one's fault with
     :func:`check_message`."""
-    sized = [i for i, m in enumerate(msgs) if _nbytes(m) == params.proof_bytes]
+    sized = [i for i, m in enumerate(msgs) if F.message_nbytes(m) == params.proof_bytes]
     words = np.frombuffer(b"".join(msgs[i] for i in sized), dtype="<u8").reshape(len(sized), params.proof_length)
     out = np.zeros(len(msgs), bool)
     out[sized] = words.max(axis=1, initial=0) < _P
@@ -562,7 +557,7 @@ def parse(params: SketchParams, msgs: Sequence[bytes | memoryview]) -> np.ndarra
         If a message is not ``params.proof_bytes`` bytes or holds an element not below ``p``; the
         error names the first bad message's index (:func:`check_message`'s errors).
     """
-    sized = all(_nbytes(m) == params.proof_bytes for m in msgs)
+    sized = all(F.message_nbytes(m) == params.proof_bytes for m in msgs)
     if sized:  # the usual batch: one join and one maximum
         words = np.frombuffer(b"".join(msgs), dtype="<u8").reshape(len(msgs), params.proof_length)
         if not words.size or words.max() < _P:
@@ -758,7 +753,7 @@ def parse_verifier_messages(params: SketchParams, data: bytes, n: int) -> tuple[
         field elements below ``p`` nor all ``0xff`` bytes.
     """
     n = check_int("n", n, low=0)
-    size = _nbytes(data)
+    size = F.message_nbytes(data)
     if size != n * params.verifier_bytes:
         got = type(data).__name__ if size is None else f"{size} bytes"
         raise InvalidMessage(f"sketch verifier messages: expected {n * params.verifier_bytes} bytes ({n} devices), "

@@ -18,7 +18,8 @@ Two kinds of expected values, neither computed by the code under test:
 * The statement: a device whose sketch is a point function on every key (``A^2 = B C``) passes, a
   device with one key off fails, whatever the batch around it.
 
-Findings (a strict xfail asserting the safe behaviour while open):
+Findings (each was a strict xfail asserting the safe behaviour; all three fixed by the lead in session 33,
+the tests now pass):
 
 * S33-R1 (low, hazmat): ``sketch.server_inputs_many`` given an ndarray ``(n, K, 3)`` (a sequence of
   ``(K, 3)`` arrays) raises numpy's bare ``ValueError`` ("truth value of an array ... is ambiguous")
@@ -911,7 +912,6 @@ def test_project_affine_is_project_each_of_the_vectors(dtype: type, n: int, slot
 # --- findings ----------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="S33-R1 (low, hazmat): server_inputs_many(ndarray) raises numpy's ValueError")
 def test_server_inputs_many_of_an_array_is_its_rows() -> None:
     """S33-R1: an ndarray ``(n, K, 3)`` is a sequence of ``(K, 3)`` arrays: its rows' shares (or an
     InvalidParameters), never a bare ValueError."""
@@ -923,8 +923,6 @@ def test_server_inputs_many_of_an_array_is_its_rows() -> None:
     assert got.tolist() == values.tolist()
 
 
-@pytest.mark.xfail(strict=True, reason="S33-R3 (low, hazmat): server_inputs_many checks the stacked dtype, so narrower "
-                                       "unsigned or bool arrays among uint64 ones are promoted, alone refused")
 @pytest.mark.parametrize("dtype", [np.uint32, np.uint8, bool])
 def test_server_inputs_many_refuses_a_narrower_array_among_uint64_ones(dtype: type) -> None:
     """S33-R3: the contract is uint64 ``(K, 3)`` arrays (any byte order); a uint32, uint8 or bool array
@@ -937,8 +935,6 @@ def test_server_inputs_many_refuses_a_narrower_array_among_uint64_ones(dtype: ty
         K.server_inputs_many([a, odd], 0)
 
 
-@pytest.mark.xfail(strict=True, reason="S33-R2 (low, hazmat, older than session 33): a non-contiguous memoryview "
-                                       "is a TypeError / BufferError, not InvalidMessage")
 def test_non_contiguous_memoryviews_are_refused_as_messages() -> None:
     """S33-R2: a bytes-like message that is not one C-contiguous buffer (``memoryview(b)[::2]`` of
     the right size) is refused with InvalidMessage by ``parse`` and ``parse_verifier_messages``."""
