@@ -16,6 +16,8 @@ def register(bench_app: typer.Typer) -> None:
         data_dir: str = typer.Option(None, "--data-dir", envvar="SECEMB_DATA_DIR", help="Directory of MovieLens "
                                      "files."),
         no_process: bool = typer.Option(False, "--no-process", help="Skip the two whole-process runs."),
+        repeat: int = typer.Option(1, min=1, help="Alternating pairs of in-process runs (plaintext, secure); "
+                                   "with more than one, the median per-epoch ratio and its range."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     ) -> None:
         """Per epoch: secure CPU beyond plaintext / DPF kernels' thread CPU (goal <= 1.25), and,
@@ -26,5 +28,6 @@ def register(bench_app: typer.Typer) -> None:
         from secemb.cli.bench_output import report_goals
 
         report_goals("overhead", lambda progress: bench_overhead.run(dataset, epochs, data_dir=data_dir,
-                                                                     process=not no_process, progress=progress),
+                                                                     process=not no_process, repeat=repeat,
+                                                                     progress=progress),
                      bench_overhead.table_rows, as_json, lambda _: " (CPU clocks; compare figures of one run only)")

@@ -95,6 +95,9 @@ def test_one_run_gives_both_paths_the_same_model() -> None:
     assert e["kernel_s"] > 0 and len(e["secure"]["epoch_cpu_s"]) == 2
     assert e["ratio"] == pytest.approx(e["beyond_s"] / e["kernel_s"])
     assert [row[0] for row in overhead.table_rows(result)][4] == "beyond / kernels"
+    # one pair (no --repeat): it is listed, its ratio is the median, and no median row is printed
+    assert len(result["epoch_pairs"]) == 1 and result["epoch_ratio_median"] == e["ratio"]
+    assert not any("median" in row[0] for row in overhead.table_rows(result))
     # the other cryptography: the secure epoch's seconds per category, the informative ratio, strict JSON
     by_category = e["other_crypto_by_category_s"]
     assert {"upload mac", "sha256 digests", "row tags", "sketch seeds", "sketch proof",
@@ -168,3 +171,23 @@ def test_a_timed_call_inside_another_is_counted_once() -> None:
     outer = clock.timed_other("outer", lambda: inner() + 1)
     assert outer() == 2 and inner() == 1
     assert clock.other_calls == {"outer": 1, "inner": 1}
+
+
+def test_repeated_pairs_give_each_pair_s_figures_and_their_median() -> None:
+    """``repeat``: alternating pairs of in-process runs; ``epoch`` stays the first pair's, every
+    pair's figures are listed, and the median is of the pairs' own ratios (session 33: one
+    pair's figure moved 1.16-1.63x between idle runs)."""
+    result = overhead.run("synthetic-mini", 2, process=False, repeat=2)
+    pairs = result["epoch_pairs"]
+    assert len(pairs) == 2 and all(p["same_model"] for p in pairs)
+    assert {k: result["epoch"][k] for k in pairs[0]} == pairs[0]
+    for p in pairs:
+        assert p["ratio"] == pytest.approx(p["beyond_s"] / p["kernel_s"])
+        assert p["beyond_s"] == pytest.approx(p["secure_cpu_s"] - p["plaintext_cpu_s"])
+    assert result["epoch_ratio_median"] == pytest.approx((pairs[0]["ratio"] + pairs[1]["ratio"]) / 2)
+    rows = {row[0]: row for row in overhead.table_rows(result)}
+    assert rows["beyond / kernels, median of 2 alternating pairs"][2] == "<= 1.25x"
+    assert rows["same model in every pair"][1] == "True"
+    with pytest.raises(InvalidParameters, match="repeat must be >= 1"):
+        overhead.run("synthetic-mini", 2, process=False, repeat=0)
+
