@@ -220,7 +220,7 @@ def verifier_batch(coefficient_prefix, joints, points, wire_weights, gadget_weig
       and gadget nodes of the ``wire_weights`` (M + 2,) and ``gadget_weights`` (4M + 5,), with ``place``,
       ``f`` and ``top``); the slot sums and the constant are server 0's (``server0``), zeros for server 1;
     * :func:`verifier_core` of the devices' shares ``x``, ``proofs`` and ``ring`` (uint64) under them,
-      with ``delta``, into ``out[:, :4c + 3]``, and each ``jr`` as 4 little-endian words after it.
+      with ``delta``, into ``out[:, :4c + 3]`` (the caller writes each ``jr``'s 4 words after them).
 
     One call a block instead of the coefficients' and the query's calls and allocations."""
     n, width = joints.shape[0], out.shape[1]
@@ -249,12 +249,6 @@ def verifier_batch(coefficient_prefix, joints, points, wire_weights, gadget_weig
         constant = np.uint64(0)
     verifier_core(x, proofs, calls, slots, ring, wire_rows, pads, gadget_columns, delta, witness, ring_column,
                   constant, out)
-    for d in range(n):
-        for j in range(width - 4 * c - 3):
-            w = np.uint64(0)
-            for b in range(8):
-                w |= np.uint64(joints[d, 8 * j + b]) << np.uint64(8 * b)
-            out[d, 4 * c + 3 + j] = w
 
 
 @njit(cache=True, nogil=True)

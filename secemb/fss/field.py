@@ -333,7 +333,7 @@ def expand_many(seeds: Sequence[bytes], count: int) -> np.ndarray:
 _BATCH_KEYS = 4
 
 
-def stream_words(seeds: Sequence[bytes], count: int) -> np.ndarray:
+def stream_words(seeds: Sequence[bytes] | np.ndarray, count: int) -> np.ndarray:
     """``uint64 (len(seeds), count)``: the first ``count`` little-endian 64-bit words of each 16-byte
     seed's :func:`secemb.randomness.expand_seed` stream, each written into its row of one buffer:
     with the compiled kernels by one AES-NI pass over all the seeds' AES-256-CTR streams
@@ -341,35 +341,47 @@ def stream_words(seeds: Sequence[bytes], count: int) -> np.ndarray:
     :func:`secemb.randomness.drbg_key` keys (hashed in one :func:`secemb.fss.hashing.sha256_many`
     call from :data:`_BATCH_KEYS` seeds on, one hashlib call a seed below), otherwise by
     ``expand_seed`` a seed (the reference).  The same words either way
-    (``tests/fss/test_s28_bound_intake.py``).
+    (``tests/fss/test_s28_bound_intake.py``).  ``seeds`` may also be their rows, uint8 (n, 16) (a
+    batch of seeds as another kernel wrote them: no bytes objects are made to be joined again).
 
     Raises
     ------
     InvalidParameters
         If a seed is not 16 bytes (on either backend, before any stream is made)."""
-    _check_seeds(seeds)
+    rows = _seed_rows(seeds)
     if not kernels.compiled():
-        out = np.empty((len(seeds), count), np.uint64)
-        for row, seed in zip(out, seeds, strict=True):
-            row[:] = expand_seed(bytes(seed), (count,), np.dtype("<u8"))
+        out = np.empty((len(rows), count), np.uint64)
+        for row, seed in zip(out, rows, strict=True):
+            row[:] = expand_seed(seed.tobytes(), (count,), np.dtype("<u8"))
         return out
     from secemb.fss._rangeproof_kernels import CTR_BLOCKS, ctr_streams
 
     size = ELEMENT_BYTES * count
     span = 16 * CTR_BLOCKS  # a row's last pass may run past it (into the next row, written after)
-    buf = np.empty(len(seeds) * size + span, np.uint8)
-    if len(seeds) >= _BATCH_KEYS:
-        keys = sha256_many(DRBG_DOMAIN, np.frombuffer(b"".join(seeds), np.uint8).reshape(len(seeds), SEED_BYTES))
+    buf = np.empty(len(rows) * size + span, np.uint8)
+    if len(rows) >= _BATCH_KEYS:
+        keys = sha256_many(DRBG_DOMAIN, rows)
     else:
-        keys = np.frombuffer(b"".join(drbg_key(seed) for seed in seeds), np.uint8).reshape(len(seeds), 32)
+        keys = np.frombuffer(b"".join(drbg_key(seed.tobytes()) for seed in rows), np.uint8).reshape(len(rows), 32)
     ctr_streams(keys, buf, size, size)
-    return buf[: len(seeds) * size].view("<u8").reshape(len(seeds), count).astype(np.uint64, copy=False)
+    return buf[: len(rows) * size].view("<u8").reshape(len(rows), count).astype(np.uint64, copy=False)
 
 
 def _check_seeds(seeds: Sequence[bytes]) -> None:
     """Refuse (``InvalidParameters``) seeds that are not all 16 bytes."""
     if any(len(seed) != SEED_BYTES for seed in seeds):
         raise InvalidParameters(f"seed must be {SEED_BYTES} bytes, got {[len(seed) for seed in seeds]}")
+
+
+def _seed_rows(seeds: Sequence[bytes] | np.ndarray) -> np.ndarray:
+    """16-byte ``seeds`` (bytes each, or uint8 (n, 16) rows) as the rows of a C-contiguous uint8 (n, 16)
+    array, refused (``InvalidParameters``) if one is not 16 bytes."""
+    if isinstance(seeds, np.ndarray):
+        if seeds.dtype != np.uint8 or seeds.ndim != 2 or seeds.shape[1] != SEED_BYTES:
+            raise InvalidParameters(f"seed rows must be uint8 (n, {SEED_BYTES}), got {seeds.dtype} {seeds.shape}")
+        return np.ascontiguousarray(seeds)
+    _check_seeds(seeds)
+    return np.frombuffer(b"".join(seeds), np.uint8).reshape(len(seeds), SEED_BYTES)
 
 
 def xof(data: bytes, count: int) -> np.ndarray:

@@ -960,6 +960,7 @@ def _verify_block(params: RangeParams, party: int, shares: ProofShares, ring: np
     own = _part_rows(party, contexts, shares.keys, _hashed_inputs(shares)) if own is None else own
     joints = _joints(contexts, *((own, shares.hints) if party == 0 else (shares.hints, own)))
     msg = np.empty((n, params.verifier_length), dtype=np.uint64)
+    msg[:, params.opened_length :] = joints.view("<u8")
     if isinstance(query, _Draw):  # the same words in one compiled call over the block's devices
         f, place = _places(params)
         # x and proofs as parsed (views of one array a device): the kernel reads each once, into its transposed copy
@@ -968,7 +969,6 @@ def _verify_block(params: RangeParams, party: int, shares: ProofShares, ring: np
                                   np.uint64(1 << (2 * params.digits - 1)), query.delta, party == 0, shares.inputs,
                                   shares.proofs, ring, msg)
         return msg
-    msg[:, params.opened_length :] = joints.view("<u8")
     calls, slots = _coefficients(params, joints)
     _verify_reference(params, party, shares.inputs, shares.proofs, calls, slots, ring, query, msg)
     return msg

@@ -64,7 +64,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from secemb import randomness
 from secemb.errors import InvalidParameters
 from secemb.fss import field, kernels
-from secemb.fss.hashing import row_bytes, sha256_many, shake128_many
+from secemb.fss.hashing import sha256_many, shake128_many
 from secemb.randomness import DRBG_DOMAIN  # drbg_key's prefix: a batch's AES-256 keys hashed in one sha256_many call
 
 __all__ = ["SKETCH_SEED_BYTES", "SKETCH_WORDS", "EXPAND_TAG", "Expanded", "expand", "leaf_hashes",
@@ -131,10 +131,9 @@ def expand(seeds: Sequence[bytes], mp: int) -> Expanded:
     positions: ``SHAKE-128(EXPAND_TAG || c_u)``, 16 bytes the key ``k_u`` and 16 the stream seed
     ``s_r``, then ``r_x`` block ``x`` of ``s_r``'s AES-256-CTR stream mod ``p`` (module docstring);
     the seeds' SHAKE in one batch (:func:`secemb.fss.hashing.shake128_many`: the Keccak kernel with
-    the compiled kernels), the streams in one batch (:func:`secemb.fss.field.stream_words`, the
-    reference; with the compiled kernels its AES-NI pass,
-    :func:`secemb.fss._rangeproof_kernels.ctr_streams`, keyed by one SHA-256 batch of the rows'
-    ``s_r``) and, with them, the reduction and ``r^2`` in one compiled call
+    the compiled kernels), the streams in one batch (:func:`secemb.fss.field.stream_words` of the
+    rows' ``s_r`` as they are: one AES-NI pass with the compiled kernels) and, with them, the
+    reduction and ``r^2`` in one compiled call
     (:func:`secemb.fss._sketch_device_kernels.coefficients_core`).
 
     Raises
@@ -145,18 +144,13 @@ def expand(seeds: Sequence[bytes], mp: int) -> Expanded:
     n = len(seeds)
     blob = _expand_rows(seeds)  # k_u || s_r a device
     keys = np.ascontiguousarray(blob[:, :_AES_KEY_BYTES])
-    if kernels.compiled():  # the same field elements as the reference below, in two passes
-        from secemb.fss._rangeproof_kernels import CTR_BLOCKS, ctr_streams
+    words = field.stream_words(blob[:, _AES_KEY_BYTES:], 2 * mp)  # (n, 2 mp): r_x's lo, hi at 2x, 2x + 1
+    if kernels.compiled():  # the same field elements as from_uniform_bytes and mul, in one pass
         from secemb.fss._sketch_device_kernels import coefficients_core
 
-        # field.stream_words' streams, keyed from the rows as they are (no bytes objects made and joined again)
-        size = 16 * mp  # r_x's 16 bytes a position
-        stream = np.empty(n * size + 16 * CTR_BLOCKS, np.uint8)  # a row's last pass may run into the next (or past)
-        ctr_streams(sha256_many(DRBG_DOMAIN, blob[:, _AES_KEY_BYTES:]), stream, size, size)
         r, r2 = np.empty((n, mp), np.uint64), np.empty((n, mp), np.uint64)
-        coefficients_core(stream[: n * size].view("<u8").reshape(n * mp, 2), r.reshape(-1), r2.reshape(-1))
+        coefficients_core(words.reshape(n * mp, 2), r.reshape(-1), r2.reshape(-1))
     else:
-        words = field.stream_words(row_bytes(blob[:, _AES_KEY_BYTES:]), 2 * mp)  # (n, 2 mp): r_x's lo, hi at 2x, 2x + 1
         r = field.from_uniform_bytes(words, n * mp).reshape(n, mp)
         r2 = field.mul(r, r)
     for a in (keys, r, r2):

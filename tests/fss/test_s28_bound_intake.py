@@ -62,6 +62,21 @@ def test_stream_words_take_any_bytes_like_seed(backend: str, monkeypatch: pytest
         assert F.stream_words([kind(s) for s in seeds], 5).tolist() == want
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("n", [1, 3, 20])
+def test_stream_words_take_seed_rows_as_an_array(n: int, backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Session 33: the seeds as rows of uint8 (n, 16) -- here the last 16 columns of wider rows, as
+    ``sketch.expand`` passes its ``s_r`` -- give each seed's ``expand_seed`` words (both key paths:
+    hashlib below the batch size, one SHA-256 batch from it); rows of another width or dtype are refused."""
+    monkeypatch.setattr(kernels, "BACKEND", backend)
+    wide = np.frombuffer(os.urandom(48 * n), np.uint8).reshape(n, 48)
+    want = [expand_seed(row[32:].tobytes(), (7,), np.dtype("<u8")).tolist() for row in wide]
+    assert F.stream_words(wide[:, 32:], 7).tolist() == want
+    for bad in (wide[:, 31:], wide[:, 32:].astype(np.uint16), wide[0, 32:]):
+        with pytest.raises(InvalidParameters, match="seed rows must be uint8"):
+            F.stream_words(bad, 7)
+
+
 @pytest.mark.skipif(not kernels.available(), reason="numba or AES-NI missing")
 def test_ctr_streams_is_aes_256_ctr_and_refuses_an_out_too_small() -> None:
     """The compiled streams against ``cryptography``'s AES-256-CTR under the same keys, from
