@@ -716,12 +716,17 @@ class SecEmbServer(ServerRole):
 
     def _dense_shares(self, users: list[int]) -> list[np.ndarray]:
         """:meth:`_dense_share` of each of absorbed ``users``, in order (a relay server 1 expands
-        their seeds as one batch).
+        their seeds as one batch): where all were spilled, the rows of one array read back at once
+        (:meth:`~secemb.protocols.spill.SpilledShares.get_many`: one read for the shares a batch
+        spilled together, not one a user), else one a user.
 
         Raises
         ------
         OSError: the disk could not give one back.
         """
+        if all(map(self._spilled.__contains__, users)):
+            cfg = self._cfg()
+            return list(self._spilled.get_many(users, cfg.dtype, (cfg.dense_size,)))
         return [self._dense_share(u) for u in users]
 
     def _summed(self, users: list[int]) -> np.ndarray:
