@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from functools import cache
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -415,7 +416,7 @@ def batch_nbytes(msgs: Sequence[object]) -> int | None:
     caller checks each message with :func:`message_nbytes` (whose rule it does not widen)."""
     if not msgs or not set(map(type, msgs)) <= {bytes}:
         return None
-    lengths = set(map(len, msgs))
+    lengths = set(map(len, cast("Sequence[bytes]", msgs)))
     return lengths.pop() if len(lengths) == 1 else None
 
 

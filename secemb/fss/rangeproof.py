@@ -172,6 +172,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
+from typing import cast
 from functools import cache, cached_property
 
 import numpy as np
@@ -425,7 +426,7 @@ def _all_bytes_of(items: Sequence[object], size: int) -> bool:
     """Whether every item is ``bytes`` (or a subclass) of ``size`` bytes: C-level maps over a batch of
     exact ``bytes``, an ``isinstance`` an item otherwise."""
     if set(map(type, items)) <= {bytes}:
-        return set(map(len, items)) <= {size}
+        return set(map(len, cast("Sequence[bytes]", items))) <= {size}
     return all(isinstance(x, bytes) and len(x) == size for x in items)
 
 

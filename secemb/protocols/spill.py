@@ -153,8 +153,8 @@ class SpilledShares:
             raise ValueError(f"the arrays kept for these keys are not all {dtype} {shape}")
         whole = all(b is None for *_, b in where)
         out = np.empty((len(keys), *shape), dtype) if whole else np.zeros((len(keys), *shape), dtype)
-        view = out.reshape(-1).view(np.uint8)  # its bytes (of no rows too)
-        size = view.size // max(1, len(keys))
+        view = out.reshape(-1).view(np.uint8).data  # its bytes (of no rows too)
+        size = view.nbytes // max(1, len(keys))
         spans: list[tuple[int, int, int]] = []  # (offset in the file, start, end in out's bytes)
         for i, (offset, _, _, blocks) in enumerate(where):
             at = i * size

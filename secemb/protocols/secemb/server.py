@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import operator
 import threading
 from collections.abc import Callable
+from itertools import repeat
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypeVar, cast
 
@@ -17,7 +19,8 @@ import numpy as np
 from secemb import fss
 from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError, SecembError
 from secemb.fss import rangeproof, sketchproof
-from secemb.fss.hashing import row_bytes
+from secemb.fss.field import batch_nbytes
+from secemb.fss.hashing import row_bytes, sha256_many
 from secemb.fss.sketch import Expanded, expand, server_inputs_many
 from secemb.fss.fused import PayloadSums, PreparedAggregation
 from secemb.fss.tasks import (
@@ -88,6 +91,12 @@ __all__ = ["EVAL_BYTES", "FOLD_BYTES", "Request", "SecEmbServer"]
 _T = TypeVar("_T")
 _R = TypeVar("_R")
 _M = TypeVar("_M")
+
+#: bytes of a user's key digest ``K`` (a SHA-256), which its upload digest covers (:meth:`SecEmbServer.upload_digests`)
+_DIGEST_BYTES = 32
+_CHECK_DIGEST = operator.attrgetter("check.digest")
+#: a framed message's header and body (bytes slices)
+_HEAD, _BODY = operator.itemgetter(slice(HEADER_BYTES)), operator.itemgetter(slice(HEADER_BYTES, None))
 
 #: batch of users is split into tasks of at most this many bytes of leaf state
 EVAL_BYTES = 1 << 30
@@ -968,17 +977,27 @@ class SecEmbServer(ServerRole):
         cfg = self._cfg()
         if not self.verify:
             return None
+        got = list(map(self._absorbed.get, users))
+        if not all(map(self._uploaded.__contains__, users)) or any(map(operator.is_, got, repeat(None))):
+            u = next(u for u, a in zip(users, got, strict=True) if a is None or u not in self._uploaded)
+            raise ProtocolError(f"user {u} did not upload in round {cfg.round_id}")
+        absorbed = cast("list[_Absorbed]", got)
+        # each user's fixed-length head u64 user || K as a row (verifying: every user has a check), its tails
+        # CW (without relay) and C (bounded payloads without relay: the server-1 dense share's commitment)
+        rows = np.empty((len(users), 8 + _DIGEST_BYTES), np.uint8)
+        rows[:, :8] = np.array(users, "<u8").view(np.uint8).reshape(-1, 8)
+        rows[:, 8:] = np.frombuffer(b"".join(map(_CHECK_DIGEST, absorbed)), np.uint8).reshape(-1, _DIGEST_BYTES)
+        prefix = VERIFY_DOMAIN + U64.pack(cfg.round_id)
+        commits = [a.commit for a in absorbed]
+        if self.relay and not any(commits):  # heads only: one SHA-256 batch
+            return dict(zip(users, row_bytes(sha256_many(prefix, rows)), strict=True))
         out: dict[int, bytes] = {}
-        for u in users:
-            got = self._absorbed.get(u)
-            if got is None or u not in self._uploaded:
-                raise ProtocolError(f"user {u} did not upload in round {cfg.round_id}")
-            check = cast("_Sketch", got.check)  # verifying: every user has one
-            h = hashlib.sha256(VERIFY_DOMAIN + U64.pack(cfg.round_id) + U64.pack(u) + check.digest)
+        for u, row, a, commit in zip(users, rows, absorbed, commits, strict=True):
+            h = hashlib.sha256(prefix + row.tobytes())
             if not self.relay:
-                h.update(little(got.cw))
-            if got.commit is not None:  # bounded payloads without relay: the server-1 dense share's commitment
-                h.update(got.commit)
+                h.update(little(a.cw))
+            if commit is not None:
+                h.update(commit)
             out[u] = h.digest()
         return out
 
@@ -1117,6 +1136,10 @@ class SecEmbServer(ServerRole):
         out: list[SecembError | None] = [None] * len(proofs)
         size = params.message_bytes(0)
         opener = Opener(NAME, "bound_proof", 0, cfg.round_id, size)
+        bodies = self._proof_bodies(proofs, params, opener)
+        if bodies is not None:  # every item taken: no error to place
+            self._proofs.update(zip([u for u, _ in proofs], bodies, strict=True))
+            return out
         # the elements of the batch's messages of the round's length, checked in one read (whether a message
         # opens is take's check): refused here, not at verification
         at = [i for i, (_, m) in enumerate(proofs) if type(m) is bytes and len(m) == HEADER_BYTES + size]
@@ -1136,6 +1159,29 @@ class SecEmbServer(ServerRole):
         users, _, bodies = sift([(u, (i, m)) for i, (u, m) in enumerate(proofs)], out, take)
         self._proofs.update(zip(users, bodies, strict=True))
         return out
+
+    def _proof_bodies(self, proofs: list[tuple[int, bytes]], params: rangeproof.RangeParams,
+                      opener: Opener) -> list[bytes] | None:
+        """The bodies of a batch of proofs that :meth:`handle_proof_many` takes whole -- distinct
+        users in range that uploaded and sent no proof yet, each message ``bytes`` of the round's
+        length with the header ``opener`` takes (the first one opened, the others equal to it byte for
+        byte) and well formed (:func:`~secemb.fss.rangeproof.well_formed`) -- checked by C-level maps
+        over the batch, not one Python step a device; None where any item fails a check (then each
+        item is taken or refused on its own, naming its fault)."""
+        users, msgs = [u for u, _ in proofs], [m for _, m in proofs]
+        total = HEADER_BYTES + params.message_bytes(0)
+        if not proofs or batch_nbytes(msgs) != total or not set(map(type, users)) <= {int}:
+            return None
+        distinct = set(users)
+        if (len(distinct) != len(users) or not distinct <= self._challenges.keys()
+                or not distinct.isdisjoint(self._proofs) or len(set(map(_HEAD, msgs))) != 1):
+            return None
+        try:  # the extremes' range (the ids are ints), and the one header
+            check_user(min(users)), check_user(max(users)), opener(msgs[0])
+        except SecembError:
+            return None
+        bodies = list(map(_BODY, msgs))
+        return bodies if bool(rangeproof.well_formed(params, bodies).all()) else None
 
     def _bound_contexts(self, users: list[int], challenges: list[bytes]) -> list[bytes]:
         """Each user's proof context (:func:`~secemb.protocols.secemb.bounds.context`) under its
@@ -1275,9 +1321,11 @@ class SecEmbServer(ServerRole):
                 raise ProtocolError(f"user {u}'s bound proof was already checked in round {cfg.round_id}")
         hint_at = 8 + CHALLENGE_BYTES
         challenges = row_bytes(table[:, 8:hint_at])
-        sigmas = [self._sigmas[u] for u in users]
-        shares = rangeproof.parse(params, 1, [s + h for s, h in zip(sigmas, row_bytes(
-            table[:, hint_at : hint_at + rangeproof.PART_BYTES]), strict=True)])
+        sigmas = [self._sigmas[u] for u in users]  # SIGMA_BYTES each, as the requests carried them
+        msgs = np.empty((count, SIGMA_BYTES + rangeproof.PART_BYTES), np.uint8)  # each one's sigma || part_0
+        msgs[:, :SIGMA_BYTES] = np.frombuffer(b"".join(sigmas), np.uint8).reshape(count, SIGMA_BYTES)
+        msgs[:, SIGMA_BYTES:] = table[:, hint_at : hint_at + rangeproof.PART_BYTES]
+        shares = rangeproof.parse(params, 1, msgs)  # the batch's messages as one array
         contexts = self._bound_contexts(users, challenges)
         own = rangeproof.seed_parts(contexts, sigmas)
         v1 = self._verifier_messages(params, shares, users, challenges, contexts, query, parts=own)
