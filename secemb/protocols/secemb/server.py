@@ -10,7 +10,6 @@ import hmac
 import operator
 import threading
 from collections.abc import Callable
-from itertools import repeat
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypeVar, cast
 
@@ -20,7 +19,7 @@ from secemb import fss
 from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError, SecembError
 from secemb.fss import rangeproof, sketchproof
 from secemb.fss.field import batch_nbytes
-from secemb.fss.hashing import row_bytes, sha256_many
+from secemb.fss.hashing import row_bytes
 from secemb.fss.sketch import Expanded, expand, server_inputs_many
 from secemb.fss.fused import PayloadSums, PreparedAggregation
 from secemb.fss.tasks import (
@@ -92,9 +91,6 @@ _T = TypeVar("_T")
 _R = TypeVar("_R")
 _M = TypeVar("_M")
 
-#: bytes of a user's key digest ``K`` (a SHA-256), which its upload digest covers (:meth:`SecEmbServer.upload_digests`)
-_DIGEST_BYTES = 32
-_CHECK_DIGEST = operator.attrgetter("check.digest")
 #: a framed message's header and body (bytes slices)
 _HEAD, _BODY = operator.itemgetter(slice(HEADER_BYTES)), operator.itemgetter(slice(HEADER_BYTES, None))
 
@@ -977,27 +973,17 @@ class SecEmbServer(ServerRole):
         cfg = self._cfg()
         if not self.verify:
             return None
-        got = list(map(self._absorbed.get, users))
-        if not all(map(self._uploaded.__contains__, users)) or any(map(operator.is_, got, repeat(None))):
-            u = next(u for u, a in zip(users, got, strict=True) if a is None or u not in self._uploaded)
-            raise ProtocolError(f"user {u} did not upload in round {cfg.round_id}")
-        absorbed = cast("list[_Absorbed]", got)
-        # each user's fixed-length head u64 user || K as a row (verifying: every user has a check), its tails
-        # CW (without relay) and C (bounded payloads without relay: the server-1 dense share's commitment)
-        rows = np.empty((len(users), 8 + _DIGEST_BYTES), np.uint8)
-        rows[:, :8] = np.array(users, "<u8").view(np.uint8).reshape(-1, 8)
-        rows[:, 8:] = np.frombuffer(b"".join(map(_CHECK_DIGEST, absorbed)), np.uint8).reshape(-1, _DIGEST_BYTES)
-        prefix = VERIFY_DOMAIN + U64.pack(cfg.round_id)
-        commits = [a.commit for a in absorbed]
-        if self.relay and not any(commits):  # heads only: one SHA-256 batch
-            return dict(zip(users, row_bytes(sha256_many(prefix, rows)), strict=True))
         out: dict[int, bytes] = {}
-        for u, row, a, commit in zip(users, rows, absorbed, commits, strict=True):
-            h = hashlib.sha256(prefix + row.tobytes())
+        for u in users:
+            got = self._absorbed.get(u)
+            if got is None or u not in self._uploaded:
+                raise ProtocolError(f"user {u} did not upload in round {cfg.round_id}")
+            check = cast("_Sketch", got.check)  # verifying: every user has one
+            h = hashlib.sha256(VERIFY_DOMAIN + U64.pack(cfg.round_id) + U64.pack(u) + check.digest)
             if not self.relay:
-                h.update(little(a.cw))
-            if commit is not None:
-                h.update(commit)
+                h.update(little(got.cw))
+            if got.commit is not None:  # bounded payloads without relay: the server-1 dense share's commitment
+                h.update(got.commit)
             out[u] = h.digest()
         return out
 
@@ -1263,16 +1249,17 @@ class SecEmbServer(ServerRole):
         """
         cfg = self._cfg()
         params = self._bounded(0)
-        for u in users:
-            if u not in self._challenges:
-                raise ProtocolError(f"user {u} did not upload in round {cfg.round_id}")
-        proved = sorted(set(users) & self._proofs.keys())
+        asked = set(users)
+        if not asked <= self._challenges.keys():  # checked as a set; the first fault named in order
+            u = next(u for u in users if u not in self._challenges)
+            raise ProtocolError(f"user {u} did not upload in round {cfg.round_id}")
+        proved = sorted(asked & self._proofs.keys())
         challenges = [self._challenges[u] for u in proved]
         contexts = self._bound_contexts(proved, challenges)
         shares = rangeproof.parse(params, 0, [self._proofs[u] for u in proved])  # checked at intake: no error
         hints = rangeproof.own_parts(params, shares, contexts)  # part_0, hashed once: bound_rejected verifies with it
         query = system_rng(QUERY_BYTES)
-        self._asked = _Asked(proved, query, set(users) - set(proved), challenges, contexts, shares, hints)
+        self._asked = _Asked(proved, query, asked - set(proved), challenges, contexts, shares, hints)
         rows = np.empty((len(proved), 8 + CHALLENGE_BYTES + 2 * rangeproof.PART_BYTES), np.uint8)
         rows[:, :8] = np.array(proved, "<u8").view(np.uint8).reshape(-1, 8)
         rows[:, 8 : 8 + CHALLENGE_BYTES] = np.frombuffer(b"".join(challenges), np.uint8).reshape(-1, CHALLENGE_BYTES)
@@ -1312,13 +1299,16 @@ class SecEmbServer(ServerRole):
         # the entries' fields by column: u64 user || c || part_0 || part_1
         table = np.frombuffer(body, np.uint8, entry * count, QUERY_BYTES).reshape(count, entry)
         users = table[:, :8].copy().view("<u8")[:, 0].tolist()
-        if len(set(users)) != count:
+        distinct = set(users)
+        if len(distinct) != count:
             raise InvalidMessage("bound_request: a user is listed twice")
-        for u in users:
-            if u not in self._absorbed or u not in self._sigmas:
-                raise ProtocolError(f"user {u} did not upload to server 1 in round {cfg.round_id}")
-            if u in self._answered:
-                raise ProtocolError(f"user {u}'s bound proof was already checked in round {cfg.round_id}")
+        if not (distinct <= self._absorbed.keys() and distinct <= self._sigmas.keys()) \
+                or not distinct.isdisjoint(self._answered):  # checked as sets; the first fault named in order
+            for u in users:
+                if u not in self._absorbed or u not in self._sigmas:
+                    raise ProtocolError(f"user {u} did not upload to server 1 in round {cfg.round_id}")
+                if u in self._answered:
+                    raise ProtocolError(f"user {u}'s bound proof was already checked in round {cfg.round_id}")
         hint_at = 8 + CHALLENGE_BYTES
         challenges = row_bytes(table[:, 8:hint_at])
         sigmas = [self._sigmas[u] for u in users]  # SIGMA_BYTES each, as the requests carried them
