@@ -28,8 +28,8 @@ from secemb.fss.sketch import SKETCH_SEED_BYTES
 from secemb.protocols.secemb.sizes import BIND_BYTES, MAC_KEY_BYTES, SEED_TAG_BYTES, TAG_BYTES, U64
 
 __all__ = ["SKETCH_KEY_BYTES", "VERIFY_DOMAIN", "binding", "bindings", "bound_challenges", "half_tags", "key_digests",
-           "query_seeds", "relay_subkey", "round_secret", "row_tags", "seed_tag", "sketch_halves", "sketch_seeds",
-           "suffix_tags"]
+           "query_seeds", "relay_subkey", "relay_subkeys", "round_secret", "row_tags", "seed_tag", "seed_tags",
+           "sketch_halves", "sketch_seeds", "suffix_tags"]
 
 _ROW_TAG_DOMAIN = b"secemb-row-tag"
 #: verified uploads (docs/security.md, "A malicious device"): the domain of the per-user digest
@@ -172,6 +172,44 @@ def relay_subkey(key: bytes, use: Literal["upload-gmac", "seed-tag"]) -> bytes:
     return hmac.digest(key, b"secemb-relay-subkey-" + use.encode(), "sha256")[: _SUBKEY_BYTES[use]]
 
 
+def _hmac_rows(keys: np.ndarray, head: bytes, tails: np.ndarray) -> np.ndarray:
+    """``HMAC-SHA256(keys[i], head || tails[i])`` of every row, each under its own key: ``keys``
+    uint8 (n, k), ``k`` at most 64 bytes, ``tails`` uint8 (n, L); uint8 (n, 32).  RFC 2104 with each
+    key padded to SHA-256's 64-byte block (the same bytes as :func:`hmac.digest`), the inner and the
+    outer hashes of all rows each one :func:`~secemb.fss.hashing.sha256_many` batch (:func:`_hmac_many`
+    is the one-key form, its padded key the batch's shared prefix)."""
+    n, k = keys.shape
+    if k > _BLOCK:  # RFC 2104 would hash it first; the keys here are 16 or 32 bytes
+        raise InvalidParameters(f"an HMAC key here is at most {_BLOCK} bytes")
+    inner = np.zeros((n, _BLOCK + len(head) + tails.shape[1]), np.uint8)
+    inner[:, :k] = keys
+    inner[:, :_BLOCK] ^= 0x36
+    inner[:, _BLOCK : _BLOCK + len(head)] = np.frombuffer(head, np.uint8)
+    inner[:, _BLOCK + len(head) :] = tails
+    outer = np.zeros((n, _BLOCK + 32), np.uint8)
+    outer[:, :k] = keys
+    outer[:, :_BLOCK] ^= 0x5C
+    outer[:, _BLOCK:] = sha256_many(b"", inner)
+    return sha256_many(b"", outer)
+
+
+def relay_subkeys(keys: Sequence[bytes], use: Literal["upload-gmac", "seed-tag"]) -> np.ndarray:
+    """:func:`relay_subkey` of each one-time relay key of ``keys`` for one ``use``, as one batch
+    (:func:`_hmac_rows`: four SHA-256 kernel calls for the batch, not two Python HMACs a key):
+    uint8 (len(keys), 16 or 32), row ``i`` the bytes of ``relay_subkey(keys[i], use)``.
+
+    Raises
+    ------
+    InvalidParameters: a key is not :data:`MAC_KEY_BYTES` bytes, or ``use`` neither of the two.
+    """
+    if any(len(key) != MAC_KEY_BYTES for key in keys):
+        raise InvalidParameters(f"a one-time relay key is {MAC_KEY_BYTES} bytes, got {[len(k) for k in keys]}")
+    if use not in _SUBKEY_BYTES:
+        raise InvalidParameters(f"a relay sub-key's use is one of {sorted(_SUBKEY_BYTES)}, got {use!r}")
+    rows = np.frombuffer(b"".join(keys), np.uint8).reshape(len(keys), MAC_KEY_BYTES)
+    return _hmac_rows(rows, b"secemb-relay-subkey-" + use.encode(), rows[:, :0])[:, : _SUBKEY_BYTES[use]]
+
+
 def seed_tag(key: bytes, round_id: int, seed: bytes) -> bytes:
     """With relay: server 1's tag of a device's sketch seed ``c_u``, ``HMAC-SHA256(k_tag,
     b"secemb-sketch-seed-tag" || u64 round || c_u)[:16]`` (:data:`SEED_TAG_BYTES`), ``k_tag =
@@ -190,6 +228,25 @@ def seed_tag(key: bytes, round_id: int, seed: bytes) -> bytes:
         raise InvalidParameters(f"a seed tag takes a {MAC_KEY_BYTES}-byte key and a {SKETCH_SEED_BYTES}-byte seed")
     return hmac.digest(relay_subkey(key, "seed-tag"), b"secemb-sketch-seed-tag" + U64.pack(round_id) + seed,
                        "sha256")[:SEED_TAG_BYTES]
+
+
+def seed_tags(keys: Sequence[bytes], round_id: int, seeds: Sequence[bytes]) -> list[bytes]:
+    """:func:`seed_tag` of each device's one-time relay key ``keys[i]`` and sketch seed ``seeds[i]``
+    (server 1's tags of a batch's seeds), the same bytes: the sub-keys one :func:`relay_subkeys`
+    batch, the tags' HMACs one :func:`_hmac_rows` batch under them.
+
+    Raises
+    ------
+    InvalidParameters: the lists differ in length, a key is not :data:`MAC_KEY_BYTES` bytes or a
+        seed not 16.
+    """
+    if len(keys) != len(seeds) or any(len(seed) != SKETCH_SEED_BYTES for seed in seeds):
+        raise InvalidParameters(f"seed tags take a key and a {SKETCH_SEED_BYTES}-byte seed a device")
+    if not seeds:
+        return []
+    subkeys = relay_subkeys(keys, "seed-tag")
+    tails = np.frombuffer(b"".join(seeds), np.uint8).reshape(len(seeds), SKETCH_SEED_BYTES)
+    return row_bytes(_hmac_rows(subkeys, b"secemb-sketch-seed-tag" + U64.pack(round_id), tails), SEED_TAG_BYTES)
 
 
 def half_tags(round_id: int, party: int | Sequence[int], halves: list[bytes]) -> list[bytes]:
