@@ -79,7 +79,7 @@ def test_batched_seed_tags_and_relay_subkeys_are_the_documented_formulas(n: int)
     """Server 1 tags a batch's sketch seeds at once (``checks.seed_tags``: the sub-keys one
     ``relay_subkeys`` batch, the tags one batch of HMACs under them): the bytes of ``seed_tag`` and
     ``relay_subkey`` a device, each computed here with hmac from its documented formula.  Mutation:
-    the outer pad 0x36 in ``_hmac_rows`` fails every n > 0."""
+    the outer pad 0x36 in ``_shani._hmac_rows`` (a key a row) fails every n > 0."""
     keys = [bytes([i]) * 8 + bytes(range(i, i + 8)) for i in range(n)]
     seeds = [bytes([255 - i]) * 16 for i in range(n)]
     sub = [hmac.new(k, b"secemb-relay-subkey-seed-tag", "sha256").digest() for k in keys]

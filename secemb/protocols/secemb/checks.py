@@ -23,7 +23,7 @@ from typing import Literal
 import numpy as np
 
 from secemb.errors import InvalidParameters
-from secemb.fss.hashing import row_bytes, sha256_many
+from secemb.fss.hashing import hmac_sha256_many, row_bytes, sha256_many
 from secemb.fss.sketch import SKETCH_SEED_BYTES
 from secemb.protocols.secemb.sizes import BIND_BYTES, MAC_KEY_BYTES, SEED_TAG_BYTES, TAG_BYTES, U64
 
@@ -37,10 +37,6 @@ _ROW_TAG_DOMAIN = b"secemb-row-tag"
 VERIFY_DOMAIN = b"secemb-verify-upload"
 #: the servers' shared sketch key
 SKETCH_KEY_BYTES = 32
-#: SHA-256's block, and HMAC's pads of it (RFC 2104)
-_BLOCK = 64
-_IPAD = int.from_bytes(b"\x36" * _BLOCK, "big")
-_OPAD = int.from_bytes(b"\x5c" * _BLOCK, "big")
 #: the uses of a device's one-time relay key (:func:`relay_subkey`), each with the length of its
 #: sub-key: AES-128's key (the upload's GMAC), HMAC-SHA256's whole output (the seed tag's HMAC key)
 _SUBKEY_BYTES = {"upload-gmac": 16, "seed-tag": 32}
@@ -111,15 +107,10 @@ def round_secret(sketch_key: bytes, round_id: int) -> bytes:
 
 
 def _hmac_many(key: bytes, head: bytes, tails: np.ndarray) -> list[bytes]:
-    """``HMAC-SHA256(key, head || tails[i])[:16]`` of every row of ``tails`` (uint8 (n, L)): the
-    inner and the outer hashes each one :func:`~secemb.fss.hashing.sha256_many` batch (RFC 2104
-    with the key padded to SHA-256's 64-byte block; the same bytes as :func:`hmac.digest`).  A batch's
-    derivations cost two kernel calls, not ``n`` Python HMACs."""
-    if len(key) > _BLOCK:  # RFC 2104 would hash it first; the round secret is 32 bytes
-        raise InvalidParameters(f"an HMAC key here is at most {_BLOCK} bytes")
-    padded = int.from_bytes(key.ljust(_BLOCK, b"\0"), "big")
-    inner = sha256_many((padded ^ _IPAD).to_bytes(_BLOCK, "big") + head, tails)
-    return row_bytes(sha256_many((padded ^ _OPAD).to_bytes(_BLOCK, "big"), inner), SKETCH_SEED_BYTES)
+    """``HMAC-SHA256(key, head || tails[i])[:16]`` of every row of ``tails`` (uint8 (n, L)): one
+    :func:`~secemb.fss.hashing.hmac_sha256_many` batch under the one key (the same bytes as
+    :func:`hmac.digest`; with the SHA-NI kernel one compiled call, not ``n`` Python HMACs)."""
+    return row_bytes(hmac_sha256_many(np.frombuffer(key, np.uint8).reshape(1, -1), head, tails), SKETCH_SEED_BYTES)
 
 
 def _user_tails(users: list[int], digests: list[bytes] | None = None) -> np.ndarray:
@@ -172,30 +163,10 @@ def relay_subkey(key: bytes, use: Literal["upload-gmac", "seed-tag"]) -> bytes:
     return hmac.digest(key, b"secemb-relay-subkey-" + use.encode(), "sha256")[: _SUBKEY_BYTES[use]]
 
 
-def _hmac_rows(keys: np.ndarray, head: bytes, tails: np.ndarray) -> np.ndarray:
-    """``HMAC-SHA256(keys[i], head || tails[i])`` of every row, each under its own key: ``keys``
-    uint8 (n, k), ``k`` at most 64 bytes, ``tails`` uint8 (n, L); uint8 (n, 32).  RFC 2104 with each
-    key padded to SHA-256's 64-byte block (the same bytes as :func:`hmac.digest`), the inner and the
-    outer hashes of all rows each one :func:`~secemb.fss.hashing.sha256_many` batch (:func:`_hmac_many`
-    is the one-key form, its padded key the batch's shared prefix)."""
-    n, k = keys.shape
-    if k > _BLOCK:  # RFC 2104 would hash it first; the keys here are 16 or 32 bytes
-        raise InvalidParameters(f"an HMAC key here is at most {_BLOCK} bytes")
-    inner = np.zeros((n, _BLOCK + len(head) + tails.shape[1]), np.uint8)
-    inner[:, :k] = keys
-    inner[:, :_BLOCK] ^= 0x36
-    inner[:, _BLOCK : _BLOCK + len(head)] = np.frombuffer(head, np.uint8)
-    inner[:, _BLOCK + len(head) :] = tails
-    outer = np.zeros((n, _BLOCK + 32), np.uint8)
-    outer[:, :k] = keys
-    outer[:, :_BLOCK] ^= 0x5C
-    outer[:, _BLOCK:] = sha256_many(b"", inner)
-    return sha256_many(b"", outer)
-
-
 def relay_subkeys(keys: Sequence[bytes], use: Literal["upload-gmac", "seed-tag"]) -> np.ndarray:
     """:func:`relay_subkey` of each one-time relay key of ``keys`` for one ``use``, as one batch
-    (:func:`_hmac_rows`: four SHA-256 kernel calls for the batch, not two Python HMACs a key):
+    (:func:`~secemb.fss.hashing.hmac_sha256_many`, a key a row: one compiled call for the batch with
+    the SHA-NI kernel, not a Python HMAC a key):
     uint8 (len(keys), 16 or 32), row ``i`` the bytes of ``relay_subkey(keys[i], use)``.
 
     Raises
@@ -207,7 +178,7 @@ def relay_subkeys(keys: Sequence[bytes], use: Literal["upload-gmac", "seed-tag"]
     if use not in _SUBKEY_BYTES:
         raise InvalidParameters(f"a relay sub-key's use is one of {sorted(_SUBKEY_BYTES)}, got {use!r}")
     rows = np.frombuffer(b"".join(keys), np.uint8).reshape(len(keys), MAC_KEY_BYTES)
-    return _hmac_rows(rows, b"secemb-relay-subkey-" + use.encode(), rows[:, :0])[:, : _SUBKEY_BYTES[use]]
+    return hmac_sha256_many(rows, b"secemb-relay-subkey-" + use.encode(), rows[:, :0])[:, : _SUBKEY_BYTES[use]]
 
 
 def seed_tag(key: bytes, round_id: int, seed: bytes) -> bytes:
@@ -233,7 +204,7 @@ def seed_tag(key: bytes, round_id: int, seed: bytes) -> bytes:
 def seed_tags(keys: Sequence[bytes], round_id: int, seeds: Sequence[bytes]) -> list[bytes]:
     """:func:`seed_tag` of each device's one-time relay key ``keys[i]`` and sketch seed ``seeds[i]``
     (server 1's tags of a batch's seeds), the same bytes: the sub-keys one :func:`relay_subkeys`
-    batch, the tags' HMACs one :func:`_hmac_rows` batch under them.
+    batch, the tags' HMACs one :func:`~secemb.fss.hashing.hmac_sha256_many` batch under them.
 
     Raises
     ------
@@ -246,7 +217,8 @@ def seed_tags(keys: Sequence[bytes], round_id: int, seeds: Sequence[bytes]) -> l
         return []
     subkeys = relay_subkeys(keys, "seed-tag")
     tails = np.frombuffer(b"".join(seeds), np.uint8).reshape(len(seeds), SKETCH_SEED_BYTES)
-    return row_bytes(_hmac_rows(subkeys, b"secemb-sketch-seed-tag" + U64.pack(round_id), tails), SEED_TAG_BYTES)
+    return row_bytes(hmac_sha256_many(subkeys, b"secemb-sketch-seed-tag" + U64.pack(round_id), tails),
+                     SEED_TAG_BYTES)
 
 
 def half_tags(round_id: int, party: int | Sequence[int], halves: list[bytes]) -> list[bytes]:
