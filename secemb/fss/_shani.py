@@ -1,7 +1,9 @@
 """SHA-256 over the SHA-NI instructions as a numba kernel (internal): many messages of one length
 that share a prefix, hashed without the GIL, so a backend's threads share them (the servers' row
 tags, :func:`secemb.protocols.secemb.checks.row_tags`, and the parties' key digests,
-:func:`~secemb.protocols.secemb.checks.key_digests`).
+:func:`~secemb.protocols.secemb.checks.key_digests`), and HMAC-SHA256 of a batch's rows on top of it
+(:func:`hmac_sha256_many`: the servers' sketch seeds under the round secret, server 1's seed tags
+under each device's key; session 34).
 
 Hazmat layer, imported only where :func:`secemb.fss.kernels.sha_compiled` says the kernel runs
 (numba, and a CPU with SHA-NI), by :func:`secemb.fss.hashing.sha256_many`, which keeps
