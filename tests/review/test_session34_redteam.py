@@ -23,7 +23,10 @@ The red team also compared, outside this file, server 0's ``handle_proof_many`` 
 at places 0, 2, 5, two bad, duplicates, a user that did not upload, a second proof, ids of
 ``np.int64`` / ``bool`` / ``-1`` / ``2^64``, bytes subclasses, bodies swapped between users): the
 same verdicts, texts and kept bodies.  :func:`test_proof_batch_with_equal_headers_and_one_bent_body`
-keeps the case the fast path is most exposed to (every header equal, one body not).
+keeps the case the fast path is most exposed to (every header equal, one body not), and
+:func:`test_bound_answer_names_the_first_fault_in_the_requests_order` server 1's set-based request
+check (both pass on f266bf6 too; mutations: the fast path without ``well_formed``, the set check
+without the answered users, each fail them).
 
 Findings (strict xfails asserting the behaviour the per-item reference has; the lead fixes them):
 
@@ -400,6 +403,38 @@ def test_batch_checks_and_derivations_are_f266bf6s(sha_path: str, backend: str,
     assert got.keys() == REFERENCE.keys()
 
 
+@pytest.mark.parametrize("party", [0, 1])
+@pytest.mark.parametrize("n", [0, 1, 64, 65])
+def test_rangeproof_parse_of_rows_in_any_layout_is_parse_of_the_bytes(party: int, n: int) -> None:
+    """``parse`` of a batch as uint8 rows -- a column slice of a wider array, Fortran-ordered,
+    read-only -- gives the arrays ``parse`` of the same messages as bytes gives, and leaves the rows
+    as they were; party 0 with an element at ``p`` in the last row names that row as the bytes do."""
+    params = R.RangeParams(rows=6, bits=8, ring_bits=32)
+    size = params.message_bytes(party)
+    msgs = _bytes(n, size, b"rows%d" % party)
+    if party == 0:  # the elements below p
+        head = R.SEED_BYTES + R.PART_BYTES
+        msgs = [m[:head] + (np.frombuffer(m[head:], "<u8") % np.uint64(F.P)).astype("<u8").tobytes() for m in msgs]
+    want = R.parse(params, party, msgs)
+    wide = np.zeros((n, size + 24), np.uint8)
+    wide[:, 8 : 8 + size] = np.frombuffer(b"".join(msgs), np.uint8).reshape(n, size)
+    frozen = np.array(wide[:, 8 : 8 + size])
+    frozen.flags.writeable = False
+    for rows in (wide[:, 8 : 8 + size], np.asfortranarray(wide[:, 8 : 8 + size]), frozen):
+        before = rows.copy()
+        got = R.parse(params, party, rows)
+        for name in ("keys", "hints", "inputs", "proofs"):
+            assert np.array_equal(getattr(got, name), getattr(want, name)), name
+        assert np.array_equal(rows, before)
+    if party == 0 and n:
+        bent = msgs[:-1] + [msgs[-1][:-8] + F.P.to_bytes(8, "little")]
+        with pytest.raises(Exception) as alone:  # noqa: PT011 - compared with the rows' refusal
+            R.parse(params, 0, bent)
+        with pytest.raises(type(alone.value)) as batch:
+            R.parse(params, 0, np.frombuffer(b"".join(bent), np.uint8).reshape(n, size))
+        assert str(batch.value) == str(alone.value) and f"message {n - 1} " in str(alone.value)
+
+
 # --- sketch.expand's one compiled call: round keys with the rest ----------------------------------------------------
 
 
@@ -456,6 +491,53 @@ def test_proof_batch_with_equal_headers_and_one_bent_body(place: int) -> None:
     assert isinstance(again[0], ProtocolError)
     assert rnd.s0._proofs == {u: proofs[u][HEADER_BYTES:] for u in users}
     rnd.close_exact(set())
+
+
+def test_bound_answer_names_the_first_fault_in_the_requests_order() -> None:
+    """Server 1's request check (sets, then the per-user loop only to name the fault): requests whose
+    users are not uploaded, answered before or listed twice, in several orders, each refused naming
+    the first fault in the request's order as the per-user loop did, nothing answered or marked; the
+    same users' honest request is answered after them."""
+    sys.path[:0] = [os.path.join(os.path.dirname(__file__), "..", d) for d in ("protocols", "")]
+    from test_bounded_payloads import Round
+
+    from secemb.errors import InvalidMessage, ProtocolError
+    from secemb.framing import HEADER_BYTES
+    from secemb.protocols.secemb.server import NAME, QUERY_BYTES
+    from secemb.protocols.wire import frame
+
+    rnd = Round("cuckoo", True)
+    users = list(range(6))
+    for u in users:
+        rnd.retrieve(u)
+        rnd.upload(u, *rnd.honest_upload(u))
+        rnd.prove(u)
+    body = rnd.s0.bound_request(users)[HEADER_BYTES:]
+    query, table = body[:QUERY_BYTES], body[QUERY_BYTES:]
+    entry = len(table) // len(users)
+
+    def request(ids: list[int]) -> bytes:
+        """A request of users ``ids``: each listed id's entry, or user 0's entry with the id replaced."""
+        rows = [table[entry * u : entry * (u + 1)] if u in users else u.to_bytes(8, "little") + table[8:entry]
+                for u in ids]
+        return frame(NAME, "bound_request", 1, rnd.cfg.round_id, query, b"".join(rows))
+
+    assert len(rnd.s1.bound_answer(request([0, 1, 2]))) > HEADER_BYTES  # 0, 1, 2 answered
+    r = rnd.cfg.round_id
+    for ids, error, text in (
+            ([3, 77, 4], ProtocolError, f"user 77 did not upload to server 1 in round {r}"),
+            ([88, 3, 77], ProtocolError, f"user 88 did not upload to server 1 in round {r}"),
+            ([3, 4, 1], ProtocolError, f"user 1's bound proof was already checked in round {r}"),
+            ([3, 0, 77], ProtocolError, f"user 0's bound proof was already checked in round {r}"),
+            ([5, 77, 0], ProtocolError, f"user 77 did not upload to server 1 in round {r}"),
+            ([3, 4, 3], InvalidMessage, "bound_request: a user is listed twice"),
+            ([0, 77, 0], InvalidMessage, "bound_request: a user is listed twice")):
+        answered = set(rnd.s1._answered)
+        with pytest.raises(error) as err:
+            rnd.s1.bound_answer(request(ids))
+        assert str(err.value) == text, ids
+        assert set(rnd.s1._answered) == answered  # nothing marked by a refused request
+    assert len(rnd.s1.bound_answer(request([3, 4, 5]))) > HEADER_BYTES
 
 
 # --- SpilledShares.get_many against the arrays it was given ---------------------------------------------------------
