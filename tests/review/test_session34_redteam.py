@@ -28,18 +28,18 @@ keeps the case the fast path is most exposed to (every header equal, one body no
 check (both pass on f266bf6 too; mutations: the fast path without ``well_formed``, the set check
 without the answered users, each fail them).
 
-Findings (strict xfails asserting the behaviour the per-item reference has; the lead fixes them):
+Findings (tests asserting the behaviour the per-item reference has; strict xfails until the lead's fix,
+which made them pass):
 
 * S34-R1 (low, hazmat): ``hashing.hmac_sha256_many`` given ``head`` as a ``memoryview`` returns the
   HMACs on the SHA-NI kernel's path (``np.frombuffer``) and raises ``TypeError`` on the reference path
   (``head + tail.tobytes()``): the outcome depends on the CPU.  Every caller passes ``bytes``; not
-  reachable from a message.  Fix: ``head = bytes(head)`` at the top (or refuse non-``bytes`` heads
-  with InvalidParameters on both paths).
+  reachable from a message.  Fixed: both paths refuse a head that is not ``bytes`` (InvalidParameters).
 * S34-R2 (low): ``SpilledShares.get_many`` on a file that ends early names the first key of the
   run it read in one go (``keys[lo // size]``), not the key whose bytes are missing, which ``get`` of
   each key (the per-item reference, and what ``_dense_shares`` did before) names.  Only the OSError's
-  text (an operator reading a log); nothing is kept.  Fix: name ``keys[done // size]`` where
-  ``readinto`` returned 0.
+  text (an operator reading a log); nothing is kept.  Fixed: it names ``keys[done // size]``, the key
+  whose bytes ``readinto`` found missing.
 """
 
 from __future__ import annotations
@@ -161,8 +161,6 @@ def test_hmac_rows_of_an_empty_batch(sha_path: str) -> None:
         assert got.dtype == np.uint8 and got.shape == (0, 32)
 
 
-@pytest.mark.xfail(strict=True, reason="S34-R1: a memoryview head is taken by the SHA-NI path and a TypeError "
-                                       "on the reference path")
 def test_hmac_rows_take_a_head_the_same_on_both_paths(monkeypatch: pytest.MonkeyPatch) -> None:
     keys, tails, head = _rows(b"k", 1, 32), _rows(b"t", 2, 16), b"secemb-head"
 
@@ -574,8 +572,6 @@ def test_get_many_rows_are_the_arrays_put() -> None:
     spill.close()
 
 
-@pytest.mark.xfail(strict=True, reason="S34-R2: get_many names the first key of a run read in one go, not the key "
-                                       "whose bytes the file lacks")
 def test_get_many_on_a_short_file_names_the_key_get_names() -> None:
     spill = SpilledShares()
     spill.put_many([(k, np.full(7, k + 1, np.uint32)) for k in range(4)])
