@@ -39,7 +39,7 @@ Findings (strict xfails asserting the behaviour the per-item reference has; the 
   run it read in one go (``keys[lo // size]``), not the key whose bytes are missing, which ``get`` of
   each key (the per-item reference, and what ``_dense_shares`` did before) names.  Only the OSError's
   text (an operator reading a log); nothing is kept.  Fix: name ``keys[done // size]`` where
-  ``readinto`` returned 0.
+  ``readinto`` returned 0.  Fixed (session 34, helper P): its test passes, no longer an xfail.
 """
 
 from __future__ import annotations
@@ -574,8 +574,6 @@ def test_get_many_rows_are_the_arrays_put() -> None:
     spill.close()
 
 
-@pytest.mark.xfail(strict=True, reason="S34-R2: get_many names the first key of a run read in one go, not the key "
-                                       "whose bytes the file lacks")
 def test_get_many_on_a_short_file_names_the_key_get_names() -> None:
     spill = SpilledShares()
     spill.put_many([(k, np.full(7, k + 1, np.uint32)) for k in range(4)])
