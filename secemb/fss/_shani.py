@@ -1,7 +1,9 @@
 """SHA-256 over the SHA-NI instructions as a numba kernel (internal): many messages of one length
 that share a prefix, hashed without the GIL, so a backend's threads share them (the servers' row
 tags, :func:`secemb.protocols.secemb.checks.row_tags`, and the parties' key digests,
-:func:`~secemb.protocols.secemb.checks.key_digests`).
+:func:`~secemb.protocols.secemb.checks.key_digests`), and HMAC-SHA256 of a batch's rows on top of it
+(:func:`hmac_sha256_many`: the servers' sketch seeds under the round secret, server 1's seed tags
+under each device's key; session 34).
 
 Hazmat layer, imported only where :func:`secemb.fss.kernels.sha_compiled` says the kernel runs
 (numba, and a CPU with SHA-NI), by :func:`secemb.fss.hashing.sha256_many`, which keeps
@@ -19,7 +21,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["sha256_many"]
+__all__ = ["hmac_sha256_many", "sha256_many"]
 
 _I32 = ir.IntType(32)
 _V4 = ir.VectorType(_I32, 4)
@@ -186,3 +188,65 @@ def sha256_many(prefix: bytes, suffixes: np.ndarray) -> np.ndarray:
     out = np.empty((n, 8), np.uint32)
     _sha_rows(np.frombuffer(prefix, np.uint8), suffixes.ctypes.data, suffixes.strides[0], n, length, _H0, out)
     return out.astype(">u4").view(np.uint8).reshape(-1, 32)
+
+
+@njit(cache=True, nogil=True)
+def _big_endian(states: np.ndarray, out: np.ndarray, at: int) -> None:  # pragma: no cover
+    """Row ``i``'s state words (``states`` uint32 (n, 8)), big-endian: the digest, into bytes
+    ``[at, at + 32)`` of row ``i`` of ``out`` (uint8 (n, >= at + 32))."""
+    for i in range(states.shape[0]):
+        for j in range(8):
+            w = states[i, j]
+            for b in range(4):
+                out[i, at + 4 * j + b] = (w >> np.uint32(24 - 8 * b)) & np.uint32(0xFF)
+
+
+@njit(cache=True, nogil=True)
+def _hmac_rows(keys: np.ndarray, head: np.ndarray, tails: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover
+    """``out[i]`` = ``HMAC-SHA256(key_i, head || tails[i])`` (RFC 2104, the key zero-padded to the
+    64-byte block), ``key_i`` row ``i`` of ``keys`` (uint8 (n, k), ``k <= 64``) or its only row
+    (uint8 (1, k): one key for every row); ``tails`` uint8 (n, L) C-contiguous, ``out`` uint8 (n, 32).
+    One key: its padded block and ``head`` are the inner hashes' shared prefix (:func:`_sha_rows`
+    hashes it with each row where it lies) and the padded outer block the outer hashes'; a key a
+    row: each row's whole inner and outer message written into a buffer of its own first."""
+    n, length = tails.shape
+    k, h = keys.shape[1], head.shape[0]
+    states = np.empty((n, 8), np.uint32)
+    if keys.shape[0] == 1:
+        prefix = np.zeros(64 + h, np.uint8)
+        prefix[:k] = keys[0]
+        prefix[:64] ^= np.uint8(0x36)
+        prefix[64:] = head
+        _sha_rows(prefix, tails.ctypes.data, tails.strides[0], n, length, _H0, states)
+        inner = np.empty((n, 32), np.uint8)
+        _big_endian(states, inner, 0)
+        prefix = np.zeros(64, np.uint8)
+        prefix[:k] = keys[0]
+        prefix ^= np.uint8(0x5C)
+        _sha_rows(prefix, inner.ctypes.data, 32, n, 32, _H0, states)
+    else:
+        size = 64 + h + length
+        rows = np.zeros((n, size), np.uint8)
+        outer = np.zeros((n, 96), np.uint8)
+        for i in range(n):
+            rows[i, :k] = keys[i]
+            rows[i, :64] ^= np.uint8(0x36)
+            rows[i, 64 : 64 + h] = head
+            rows[i, 64 + h :] = tails[i]
+            outer[i, :k] = keys[i]
+            outer[i, :64] ^= np.uint8(0x5C)
+        none = np.empty(0, np.uint8)
+        _sha_rows(none, rows.ctypes.data, size, n, size, _H0, states)
+        _big_endian(states, outer, 64)
+        _sha_rows(none, outer.ctypes.data, 96, n, 96, _H0, states)
+    _big_endian(states, out, 0)
+
+
+def hmac_sha256_many(keys: np.ndarray, head: bytes, tails: np.ndarray) -> np.ndarray:
+    """``HMAC-SHA256(keys[i], head || tails[i])`` (``keys`` uint8 (n, k) or (1, k), ``k <= 64``, and
+    ``tails`` uint8 (n, L), checked by the caller, :func:`secemb.fss.hashing.hmac_sha256_many`) as
+    uint8 (n, 32): one kernel call."""
+    out = np.empty((tails.shape[0], 32), np.uint8)
+    if tails.shape[0]:
+        _hmac_rows(np.ascontiguousarray(keys), np.frombuffer(head, np.uint8), np.ascontiguousarray(tails), out)
+    return out

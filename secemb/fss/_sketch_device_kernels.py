@@ -1,8 +1,9 @@
 """The sketch seeds' field glue, compiled (internal, numba): :func:`device_inputs_core`, the whole
 of :func:`secemb.fss.sketch.device_inputs` after the seed's SHAKE (its AES on AES-NI, its field
 part :func:`device_core`; :func:`device_inputs_many_core` that of a batch's devices in one call),
-and :func:`coefficients_core`, the field part of :func:`secemb.fss.sketch.expand`, with the
-compiled kernels.
+and :func:`expand_core`, the servers' :func:`secemb.fss.sketch.expand` after the seeds' SHAKE and
+their streams' keys (the streams, their field part :func:`coefficients_core` and the AES keys'
+schedules), with the compiled kernels.
 
 The servers' caller draws the bytes (the coefficients' AES-256-CTR streams on the AES-NI stream),
 the device's kernel its own (its leaves' keyed MMO blocks and its points' CTR blocks, on AES-NI,
@@ -27,7 +28,7 @@ from secemb.fss._aesni import BLOCKS, LANES, key_expand, mmo_blocks
 from secemb.fss._rangeproof_kernels import CTR_BLOCKS, ctr_blocks, schedule256
 from secemb.fss._sketch_kernels import mulp, red128, subp
 
-__all__ = ["device_inputs_core", "device_inputs_many_core", "device_core", "coefficients_core"]
+__all__ = ["device_inputs_core", "device_inputs_many_core", "device_core", "coefficients_core", "expand_core"]
 
 
 @njit(cache=True, nogil=True)
@@ -106,3 +107,29 @@ def coefficients_core(words, r, r2):  # noqa: ANN001, ANN201
     for i in range(words.shape[0]):
         x = red128(words[i, 1], words[i, 0])
         r[i], r2[i] = x, mulp(x, x)
+
+
+@njit(cache=True, nogil=True)
+def expand_core(rows, ctr_keys, r, r2, rks):  # noqa: ANN001, ANN201
+    """The servers' :func:`secemb.fss.sketch.expand` after the seeds' SHAKE and the coefficients'
+    AES-256 keys, one call for the batch: ``rows`` uint8 (n, 32), row ``u`` device ``u``'s
+    ``k_u || s_r``, and ``ctr_keys`` uint8 (n, 32), row ``u`` ``drbg_key(s_r)`` (both C-contiguous,
+    read by address); into ``r`` and ``r2`` uint64 (n, mp) device ``u``'s coefficients ``r_x``
+    (block ``x`` of its CTR stream as a little-endian 128-bit integer mod ``p``) and ``r_x^2 mod
+    p``, by :func:`coefficients_core` (the words of :func:`secemb.fss.field.stream_words`), and
+    into ``rks`` uint64 (n, 11, 2W) (C-contiguous, written by address) the AES-128 round keys of
+    ``k_u`` as :func:`secemb.fss._sketch_kernels.sketch_schedules` writes them.  Each
+    device's stream is drawn a pass of :data:`~secemb.fss._rangeproof_kernels.CTR_BLOCKS` blocks at
+    a time into one buffer (its passes past ``mp`` computed, not read) and reduced from there: no
+    stream of the batch's size, no second pass over its words."""
+    n, mp = r.shape
+    passes = -(-mp // CTR_BLOCKS)
+    stream = np.empty((passes * CTR_BLOCKS, 2), np.uint64)
+    schedule = np.empty(15 * 16, np.uint8)
+    sp, kp, op = stream.ctypes.data, rows.ctypes.data, rks.ctypes.data
+    for u in range(n):
+        schedule256(ctr_keys[u].ctypes.data, schedule.ctypes.data)  # type: ignore[call-arg]  # numba's stub keeps typingctx
+        for q in range(passes):
+            ctr_blocks(schedule.ctypes.data, np.uint64(q * CTR_BLOCKS), sp + 16 * q * CTR_BLOCKS)
+        coefficients_core(stream[:mp], r[u], r2[u])
+        key_expand(kp + 32 * u, op + rks.strides[0] * u)

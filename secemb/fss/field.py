@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from functools import cache
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -297,7 +298,7 @@ def expand(seed: bytes, count: int) -> np.ndarray:
         words *= 2  # a longer prefix of the same stream
 
 
-def expand_many(seeds: Sequence[bytes], count: int) -> np.ndarray:
+def expand_many(seeds: Sequence[bytes] | np.ndarray, count: int) -> np.ndarray:
     """:func:`expand` of each 16-byte secret seed, as one batch: ``uint64 (len(seeds), count)``,
     row ``i`` equal to ``expand(seeds[i], count)``.  Each seed's stream is encrypted at ``count``
     words straight into its row (:func:`stream_words`), and the shift and the search for ``p`` run
@@ -306,14 +307,16 @@ def expand_many(seeds: Sequence[bytes], count: int) -> np.ndarray:
     words hold ``p`` (probability about ``count 2^-61``) is made again by :func:`expand`, the
     specification, which skips it.
 
+    ``seeds`` may also be their rows, uint8 (n, 16) (:func:`stream_words`).
+
     Raises
     ------
     InvalidParameters
         If a seed is not 16 bytes or ``count`` is negative (before any seed is expanded)."""
-    _check_seeds(seeds)
+    rows = _seed_rows(seeds)
     if count < 0:
         raise InvalidParameters(f"count must be non-negative, got {count}")
-    out = stream_words(seeds, count)
+    out = stream_words(rows, count)
     if kernels.compiled():  # the shift and the search for p in one compiled pass
         from secemb.fss._rangeproof_kernels import top_bits
 
@@ -323,7 +326,7 @@ def expand_many(seeds: Sequence[bytes], count: int) -> np.ndarray:
         out >>= _S3
         held = np.any(out == _P, axis=1)
     for i in np.flatnonzero(held).tolist():
-        out[i] = expand(seeds[i], count)
+        out[i] = expand(rows[i].tobytes(), count)
     return out
 
 
@@ -368,8 +371,8 @@ def stream_words(seeds: Sequence[bytes] | np.ndarray, count: int) -> np.ndarray:
 
 
 def _check_seeds(seeds: Sequence[bytes]) -> None:
-    """Refuse (``InvalidParameters``) seeds that are not all 16 bytes."""
-    if any(len(seed) != SEED_BYTES for seed in seeds):
+    """Refuse (``InvalidParameters``) seeds that are not all 16 bytes (their lengths one C-level map)."""
+    if set(map(len, seeds)) - {SEED_BYTES}:
         raise InvalidParameters(f"seed must be {SEED_BYTES} bytes, got {[len(seed) for seed in seeds]}")
 
 
@@ -404,6 +407,17 @@ def message_nbytes(data: object) -> int | None:
     if isinstance(data, memoryview):
         return data.nbytes if data.c_contiguous else None
     return len(data) if isinstance(data, (bytes, bytearray)) else None
+
+
+def batch_nbytes(msgs: Sequence[object]) -> int | None:
+    """The one length of a batch of messages that are all ``bytes`` of one length (the usual batch a
+    server takes in), found by C-level maps over the batch rather than a :func:`message_nbytes` call a
+    message; None otherwise (an empty batch, another type among them, or lengths that differ), where a
+    caller checks each message with :func:`message_nbytes` (whose rule it does not widen)."""
+    if not msgs or not set(map(type, msgs)) <= {bytes}:
+        return None
+    lengths = set(map(len, cast("Sequence[bytes]", msgs)))
+    return lengths.pop() if len(lengths) == 1 else None
 
 
 def from_canonical_bytes(data: bytes | memoryview, count: int, what: str = "field elements") -> np.ndarray:

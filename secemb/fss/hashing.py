@@ -9,6 +9,7 @@ compiled kernels run."""
 from __future__ import annotations
 
 import hashlib
+import hmac
 from functools import cache
 from types import ModuleType
 
@@ -17,7 +18,7 @@ import numpy as np
 from secemb.errors import InvalidParameters
 from secemb.fss import kernels
 
-__all__ = ["row_bytes", "sha256_many", "shake128_many"]
+__all__ = ["hmac_sha256_many", "row_bytes", "sha256_many", "shake128_many"]
 
 
 @cache
@@ -51,6 +52,36 @@ def sha256_many(prefix: bytes, suffixes: np.ndarray) -> np.ndarray:
         h.update(row)
         digests.append(h.digest())
     return np.frombuffer(b"".join(digests), np.uint8).reshape(len(suffixes), 32)
+
+
+#: SHA-256's block: the longest HMAC key :func:`hmac_sha256_many` pads rather than hashes (RFC 2104)
+_HMAC_BLOCK = 64
+
+
+def hmac_sha256_many(keys: np.ndarray, head: bytes, tails: np.ndarray) -> np.ndarray:
+    """``HMAC-SHA256(key_i, head || tails[i])`` of every row of ``tails`` (uint8 (n, L), in any memory
+    layout), ``key_i`` row ``i`` of ``keys`` (uint8 (n, k)) or, for ``keys`` of one row (uint8 (1, k)),
+    that key for every row; as uint8 (n, 32), the same bytes on either path: with the SHA-NI kernel
+    (:func:`secemb.fss.kernels.sha_compiled`) one compiled call for the batch, its inner and outer
+    hashes each one :mod:`~secemb.fss._shani` pass (one key: its padded blocks the passes' shared
+    prefixes), else :func:`hmac.digest` row by row (the reference).
+
+    Raises
+    ------
+    InvalidParameters: ``keys`` or ``tails`` not 2-D uint8 arrays, keys longer than 64 bytes (RFC
+    2104 would hash them first; the keys here are 16 or 32 bytes), or neither one key nor one a row.
+    """
+    if not all(isinstance(a, np.ndarray) and a.dtype == np.uint8 and a.ndim == 2 for a in (keys, tails)) or (
+            keys.shape[1] > _HMAC_BLOCK or keys.shape[0] not in (1, tails.shape[0])):
+        raise InvalidParameters(f"HMAC rows: keys uint8 (1 or n, <= {_HMAC_BLOCK}) and tails uint8 (n, L), got "
+                                f"{getattr(keys, 'dtype', None)} {getattr(keys, 'shape', None)} and "
+                                f"{getattr(tails, 'dtype', None)} {getattr(tails, 'shape', None)}")
+    if kernels.sha_compiled():
+        return _shani().hmac_sha256_many(keys, head, tails)
+    one = keys.shape[0] == 1
+    data = b"".join(hmac.digest(keys[0 if one else i].tobytes(), head + tail.tobytes(), "sha256")
+                    for i, tail in enumerate(tails))
+    return np.frombuffer(data, np.uint8).reshape(len(tails), 32).copy()
 
 
 @cache

@@ -210,7 +210,9 @@ def project_reference(seed: bytes, x: np.ndarray, rows: int = 40) -> np.ndarray:
 def _seed_indices(seeds: Sequence[bytes] | np.ndarray, n: int) -> tuple[list[bytes], np.ndarray]:
     """n devices' seeds (bytes or uint8 (n, 16)), validated: the row keys of the distinct seeds
     (:func:`row_key`, each hashed once, in order of first use) and, per device, the index of its
-    seed's key, intp (n,)."""
+    seed's key, intp (n,).  Seeds that are all ``bytes`` (a server's batch, which often shares one
+    challenge) are grouped and looked up by C-level maps and each distinct one checked once, not
+    one Python step a device; others one at a time (:func:`_checked_seed`'s refusal either way)."""
     if isinstance(seeds, np.ndarray):
         if seeds.dtype != np.uint8 or seeds.shape != (n, SEED_BYTES):
             raise InvalidParameters(f"seeds must be uint8 ({n}, {SEED_BYTES}), got {seeds.dtype} {seeds.shape}")
@@ -219,11 +221,15 @@ def _seed_indices(seeds: Sequence[bytes] | np.ndarray, n: int) -> tuple[list[byt
         listed = list(seeds)
         if len(listed) != n:
             raise InvalidParameters(f"need one seed per device: {n} devices, got {len(listed)} seeds")
-    distinct: dict[bytes, int] = {}
+    if set(map(type, listed)) <= {bytes}:  # hashable as they are: the distinct ones, in order of first use
+        index = {seed: k for k, seed in enumerate(dict.fromkeys(listed))}
+        keys = [row_key(seed) for seed in index]  # row_key checks each (the first bad one in device order)
+        return keys, np.fromiter(map(index.__getitem__, listed), np.intp, n)
+    firsts: dict[bytes, int] = {}
     which = np.empty(n, np.intp)
     for d, seed in enumerate(listed):
-        which[d] = distinct.setdefault(_checked_seed(seed), len(distinct))
-    return [row_key(seed) for seed in distinct], which
+        which[d] = firsts.setdefault(_checked_seed(seed), len(firsts))
+    return [row_key(seed) for seed in firsts], which
 
 
 def _nothing_to_project(seeds: Sequence[bytes] | np.ndarray, n: int, rows: int, dtype: np.dtype) -> np.ndarray:

@@ -172,6 +172,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
+from typing import cast
 from functools import cache, cached_property
 
 import numpy as np
@@ -374,6 +375,14 @@ def _context(context: bytes) -> bytes:
     return bytes(context)
 
 
+def _contexts(contexts: Sequence[bytes]) -> list[bytes]:
+    """:func:`_context` of each of a batch's contexts: as they are where all are ``bytes`` (one
+    C-level map over their types, not a call a device), else one at a time (its refusal)."""
+    if set(map(type, contexts)) <= {bytes}:
+        return list(contexts)
+    return [_context(c) for c in contexts]
+
+
 def _framed(*items: bytes) -> bytes:
     return b"".join([len(x).to_bytes(8, "little") + x for x in items])
 
@@ -395,7 +404,7 @@ def _joint(context: bytes, part0: bytes, part1: bytes) -> bytes:
 def _context_rows(contexts: Sequence[bytes]) -> np.ndarray | None:
     """The contexts (bytes) as the rows of uint8 (n, C) where they are of one length ``C`` (a
     protocol's are), else ``None``."""
-    if len({len(c) for c in contexts}) != 1:
+    if len(set(map(len, contexts))) != 1:
         return None
     return np.frombuffer(b"".join(contexts), np.uint8).reshape(len(contexts), -1)
 
@@ -411,6 +420,14 @@ def _framed_rows(*columns: np.ndarray) -> np.ndarray:
         at += 8 + c.shape[1]
     return out
 
+
+
+def _all_bytes_of(items: Sequence[object], size: int) -> bool:
+    """Whether every item is ``bytes`` (or a subclass) of ``size`` bytes: C-level maps over a batch of
+    exact ``bytes``, an ``isinstance`` an item otherwise."""
+    if set(map(type, items)) <= {bytes}:
+        return set(map(len, cast("Sequence[bytes]", items))) <= {size}
+    return all(isinstance(x, bytes) and len(x) == size for x in items)
 
 
 def _digest_rows(digests: list[bytes]) -> np.ndarray:
@@ -701,6 +718,15 @@ def _check_size(params: RangeParams, party: int, msg: object, index: int | None 
         raise InvalidMessage(f"range proof message{which} for server {party}: expected {size} bytes, got {got}")
 
 
+def _check_sizes(params: RangeParams, party: int, msgs: Sequence[object]) -> None:
+    """:func:`_check_size` of each message of a batch, naming the first bad one's index: one C-level
+    look at a batch of ``bytes`` of the right length (:func:`~secemb.fss.field.batch_nbytes`), else
+    message by message."""
+    if F.batch_nbytes(msgs) != params.message_bytes(party):
+        for i, m in enumerate(msgs):
+            _check_size(params, party, m, i)
+
+
 def hint_of(params: RangeParams, context: bytes, msg0: bytes) -> bytes:
     """``part_0`` of a device's message to server 0 (``params.message_bytes(0)`` bytes, as
     :func:`prove` writes it), as server 0 recomputes it: with the device's ``seed_1`` it makes
@@ -729,11 +755,10 @@ def hints_of(params: RangeParams, contexts: Sequence[bytes], msgs: Sequence[byte
     InvalidParameters
         If the contexts are not bytes, or not one a message.
     """
-    ctxs = [_context(c) for c in contexts]
+    ctxs = _contexts(contexts)
     if len(ctxs) != len(msgs):
         raise InvalidParameters(f"need one context a message: {len(msgs)} messages, {len(ctxs)} contexts")
-    for i, m in enumerate(msgs):
-        _check_size(params, 0, m, i)
+    _check_sizes(params, 0, msgs)
     if not msgs:
         return []
     raw = np.frombuffer(b"".join(msgs), np.uint8).reshape(len(msgs), params.message_bytes(0))
@@ -767,8 +792,8 @@ def seed_parts(contexts: Sequence[bytes], seeds: Sequence[bytes]) -> list[bytes]
     InvalidParameters
         If a context is not bytes, a seed not 16 bytes, or they are not as many.
     """
-    ctxs = [_context(c) for c in contexts]
-    if len(ctxs) != len(seeds) or not all(isinstance(s, bytes) and len(s) == SEED_BYTES for s in seeds):
+    ctxs = _contexts(contexts)
+    if len(ctxs) != len(seeds) or not _all_bytes_of(seeds, SEED_BYTES):
         raise InvalidParameters(f"need one {SEED_BYTES}-byte seed_1 a context: {len(ctxs)} contexts")
     if not seeds:
         return []
@@ -776,30 +801,36 @@ def seed_parts(contexts: Sequence[bytes], seeds: Sequence[bytes]) -> list[bytes]
     return _parts(1, ctxs, keys, np.empty((len(seeds), 0), np.uint8))
 
 
-def parse(params: RangeParams, party: int, msgs: Sequence[bytes]) -> ProofShares:
+def parse(params: RangeParams, party: int, msgs: Sequence[bytes] | np.ndarray) -> ProofShares:
     """Server ``party``'s shares from the devices' messages (untrusted bytes), expanding server 1's
-    seeds.
+    seeds.  ``msgs`` may also be the batch's messages as the rows of one uint8 (n, size) array (a
+    server that holds them in columns: no bytes objects are made to be joined here).
 
     Raises
     ------
     InvalidMessage
-        If a message is not bytes of ``params.message_bytes(party)``, or (party 0) one of its field
-        elements is not below ``p``; the error names the first bad message's index.
+        If a message is not bytes of ``params.message_bytes(party)`` (or the rows not uint8 (n,
+        ``params.message_bytes(party)``)), or (party 0) one of its field elements is not below ``p``;
+        the error names the first bad message's index.
     InvalidParameters
         If ``party`` is not 0 or 1.
     """
     size = params.message_bytes(party)
     n, big_n, plen = len(msgs), params.witness_length, params.proof_length
-    for i, m in enumerate(msgs):
-        _check_size(params, party, m, i)
-    data = bytearray().join(msgs)  # writable: server 0's elements are read in place, not copied again
-    raw = np.frombuffer(data, dtype=np.uint8).reshape(n, size)
+    if isinstance(msgs, np.ndarray):
+        if msgs.dtype != np.uint8 or msgs.shape != (n, size):
+            raise InvalidMessage(f"range proof messages for server {party}: expected uint8 rows ({n}, {size}), "
+                                 f"got {msgs.dtype} {msgs.shape}")
+        raw = np.array(msgs, order="C")  # writable, a copy of the caller's rows
+    else:
+        _check_sizes(params, party, msgs)
+        raw = np.frombuffer(bytearray().join(msgs), dtype=np.uint8).reshape(n, size)  # writable
     keys = raw[:, :SEED_BYTES].copy()
     hints = raw[:, SEED_BYTES : SEED_BYTES + PART_BYTES].copy()
     if party == 1:  # the seeds expanded as one batch
-        shares = F.expand_many(row_bytes(keys), big_n + plen)
+        shares = F.expand_many(keys, big_n + plen)
     else:  # the elements after each head (size and the head are whole words), a view of the joined messages
-        shares = np.frombuffer(data, dtype="<u8").reshape(n, size // 8)[:, _HEAD_WORDS:].astype(np.uint64, copy=False)
+        shares = raw.view("<u8")[:, _HEAD_WORDS:].astype(np.uint64, copy=False)
         bad = np.flatnonzero(shares.max(axis=1, initial=0) >= _P)
         if bad.size:
             raise InvalidMessage(f"range proof message {int(bad[0])} for server 0: an element is not below p")
@@ -823,7 +854,7 @@ def own_parts(params: RangeParams, shares: ProofShares, contexts: Sequence[bytes
         raise InvalidParameters(f"shares of {n} devices were not parsed under {params}")
     if len(contexts) != n:
         raise InvalidParameters(f"need one context a device: {n} devices, {len(contexts)} contexts")
-    return _own_parts(shares, [_context(c) for c in contexts])
+    return _own_parts(shares, _contexts(contexts))
 
 
 def _own_parts(shares: ProofShares, contexts: list[bytes]) -> list[bytes]:
@@ -847,7 +878,8 @@ def well_formed(params: RangeParams, msgs: Sequence[bytes | memoryview]) -> np.n
     batch's intake checks its messages in one pass, then names a refused one's fault with
     :func:`check_message`."""
     size = params.message_bytes(0)
-    sized = [i for i, m in enumerate(msgs) if F.message_nbytes(m) == size]
+    sized = list(range(len(msgs))) if F.batch_nbytes(msgs) == size else \
+        [i for i, m in enumerate(msgs) if F.message_nbytes(m) == size]
     words = np.frombuffer(b"".join([msgs[i] for i in sized]), dtype="<u8").reshape(len(sized), size // 8)
     out = np.zeros(len(msgs), bool)
     out[sized] = words[:, _HEAD_WORDS:].max(axis=1, initial=0) < _P
@@ -931,12 +963,12 @@ def verifier_messages(
         )
     if ring.size and (ring.dtype.kind == "i" and ring.min() < 0 or int(ring.max()) >> params.ring_bits):  # no temporary
         raise InvalidParameters(f"ring_shares must hold ring elements in [0, 2^{params.ring_bits})")
-    if len(contexts) != n or not all(isinstance(c, (bytes, bytearray)) for c in contexts):
+    if len(contexts) != n or not (set(map(type, contexts)) <= {bytes, bytearray}
+                                  or all(isinstance(c, (bytes, bytearray)) for c in contexts)):
         raise InvalidParameters(f"contexts must be {n} bytes objects")
     if not isinstance(query_seed, (bytes, bytearray)) or len(query_seed) < SEED_BYTES:
         raise InvalidParameters(f"query_seed must be at least {SEED_BYTES} bytes")
-    if parts is not None and (len(parts) != n or not all(isinstance(x, bytes) and len(x) == PART_BYTES
-                                                          for x in parts)):
+    if parts is not None and (len(parts) != n or not _all_bytes_of(parts, PART_BYTES)):
         raise InvalidParameters(f"parts must be {n} bytes objects of {PART_BYTES} bytes")
     # the compiled verifier forms the query's maps from its randomness in its call; numpy's are formed here
     query = _draw(params, bytes(query_seed)) if kernels.compiled() else _query(params, bytes(query_seed))

@@ -119,7 +119,7 @@ class Expanded:
     def round_keys(self) -> np.ndarray:
         """The AES-128 round keys of :attr:`keys` as the compiled kernel reads them: uint64
         (n, 11, 2W) (:mod:`secemb.fss._aesni`'s layout), read-only; computed on first use (only
-        the compiled path uses them)."""
+        the compiled path uses them), or set by :func:`expand`'s compiled path with the rest."""
         out = np.empty((self.devices, 11, 2 * _compiled_sketch().LANES), np.uint64)
         _compiled_sketch().sketch_schedules(self.keys, out)
         out.flags.writeable = False
@@ -131,10 +131,13 @@ def expand(seeds: Sequence[bytes], mp: int) -> Expanded:
     positions: ``SHAKE-128(EXPAND_TAG || c_u)``, 16 bytes the key ``k_u`` and 16 the stream seed
     ``s_r``, then ``r_x`` block ``x`` of ``s_r``'s AES-256-CTR stream mod ``p`` (module docstring);
     the seeds' SHAKE in one batch (:func:`secemb.fss.hashing.shake128_many`: the Keccak kernel with
-    the compiled kernels), the streams in one batch (:func:`secemb.fss.field.stream_words` of the
-    rows' ``s_r`` as they are: one AES-NI pass with the compiled kernels) and, with them, the
-    reduction and ``r^2`` in one compiled call
-    (:func:`secemb.fss._sketch_device_kernels.coefficients_core`).
+    the compiled kernels).  The reference: the streams :func:`secemb.fss.field.stream_words` of the
+    rows' ``s_r``, their elements :func:`secemb.fss.field.from_uniform_bytes` and ``r^2``
+    :func:`secemb.fss.field.mul`.  With the compiled kernels the streams' AES-256 keys are one
+    SHA-256 batch and the streams, their reduction, ``r^2`` and the keys' AES-128 schedules
+    (:attr:`Expanded.round_keys`) one compiled call (:func:`_expand_compiled`; session 34: one
+    call where stream_words, the coefficients' loop and the schedules were three, with their
+    buffers), the same elements (``tests/fss/test_s34_expand_fused.py``).
 
     Raises
     ------
@@ -144,18 +147,33 @@ def expand(seeds: Sequence[bytes], mp: int) -> Expanded:
     n = len(seeds)
     blob = _expand_rows(seeds)  # k_u || s_r a device
     keys = np.ascontiguousarray(blob[:, :_AES_KEY_BYTES])
+    if kernels.compiled() and n:  # the streams, their field elements and the keys' schedules in one call
+        return _expand_compiled(blob, keys, mp)
     words = field.stream_words(blob[:, _AES_KEY_BYTES:], 2 * mp)  # (n, 2 mp): r_x's lo, hi at 2x, 2x + 1
-    if kernels.compiled():  # the same field elements as from_uniform_bytes and mul, in one pass
-        from secemb.fss._sketch_device_kernels import coefficients_core
-
-        r, r2 = np.empty((n, mp), np.uint64), np.empty((n, mp), np.uint64)
-        coefficients_core(words.reshape(n * mp, 2), r.reshape(-1), r2.reshape(-1))
-    else:
-        r = field.from_uniform_bytes(words, n * mp).reshape(n, mp)
-        r2 = field.mul(r, r)
+    r = field.from_uniform_bytes(words, n * mp).reshape(n, mp)
+    r2 = field.mul(r, r)
     for a in (keys, r, r2):
         a.flags.writeable = False
     return Expanded(keys, r, r2)
+
+
+def _expand_compiled(blob: np.ndarray, keys: np.ndarray, mp: int) -> Expanded:
+    """:func:`expand` of checked seeds (``n >= 1``) with the compiled kernels, from their SHAKE rows
+    ``blob`` (uint8 (n, 32), ``k_u || s_r``) and keys ``keys`` (its first 16 bytes a row, C-contiguous):
+    the coefficients' AES-256 keys one :func:`~secemb.fss.hashing.sha256_many` batch (as
+    :func:`secemb.fss.field.stream_words` hashes them), then their CTR streams, ``r``, ``r^2`` and
+    the round keys of :attr:`Expanded.round_keys` in one compiled call
+    (:func:`secemb.fss._sketch_device_kernels.expand_core`): the same elements as the reference."""
+    n = len(blob)
+    ctr_keys = sha256_many(DRBG_DOMAIN, blob[:, _AES_KEY_BYTES:])  # randomness.drbg_key of each s_r
+    r, r2 = np.empty((n, mp), np.uint64), np.empty((n, mp), np.uint64)
+    rks = np.empty((n, 11, 2 * _compiled_sketch().LANES), np.uint64)
+    _device_kernels().expand_core(np.ascontiguousarray(blob), ctr_keys, r, r2, rks)
+    for a in (keys, r, r2, rks):
+        a.flags.writeable = False
+    out = Expanded(keys, r, r2)
+    out.__dict__["round_keys"] = rks  # the cached property's value, computed with the rest (as round_keys would)
+    return out
 
 
 def _check_seeds(seeds: Sequence[bytes], mp: int) -> None:

@@ -255,7 +255,7 @@ def _seed(name: str, value: object, size: int = SKETCH_SEED_BYTES) -> bytes:
 def _seeds(name: str, values: Sequence[bytes], n: int, size: int = SKETCH_SEED_BYTES) -> list[bytes]:
     if len(values) != n:
         raise InvalidParameters(f"{name}: expected {n} seeds, got {len(values)}")
-    if all(type(v) is bytes and len(v) == size for v in values):  # a server's own: taken as they are
+    if set(map(type, values)) <= {bytes} and set(map(len, values)) <= {size}:  # a server's own: as they are
         return list(values)
     return [_seed(f"{name}[{i}]", v, size) for i, v in enumerate(values)]
 
@@ -540,8 +540,10 @@ def well_formed(params: SketchParams, msgs: Sequence[bytes | memoryview]) -> np.
     (``params.proof_bytes`` bytes of field elements below ``p``), read as one buffer: a batch's
     intake checks its messages in one pass, then names a refused one's fault with
     :func:`check_message`."""
-    sized = [i for i, m in enumerate(msgs) if F.message_nbytes(m) == params.proof_bytes]
-    words = np.frombuffer(b"".join(msgs[i] for i in sized), dtype="<u8").reshape(len(sized), params.proof_length)
+    size = params.proof_bytes
+    sized = list(range(len(msgs))) if F.batch_nbytes(msgs) == size else \
+        [i for i, m in enumerate(msgs) if F.message_nbytes(m) == size]
+    words = np.frombuffer(b"".join([msgs[i] for i in sized]), dtype="<u8").reshape(len(sized), params.proof_length)
     out = np.zeros(len(msgs), bool)
     out[sized] = words.max(axis=1, initial=0) < _P
     return out
@@ -557,7 +559,8 @@ def parse(params: SketchParams, msgs: Sequence[bytes | memoryview]) -> np.ndarra
         If a message is not ``params.proof_bytes`` bytes or holds an element not below ``p``; the
         error names the first bad message's index (:func:`check_message`'s errors).
     """
-    sized = all(F.message_nbytes(m) == params.proof_bytes for m in msgs)
+    size = params.proof_bytes
+    sized = F.batch_nbytes(msgs) == size or all(F.message_nbytes(m) == size for m in msgs)
     if sized:  # the usual batch: one join and one maximum
         words = np.frombuffer(b"".join(msgs), dtype="<u8").reshape(len(msgs), params.proof_length)
         if not words.size or words.max() < _P:

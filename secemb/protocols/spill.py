@@ -129,20 +129,53 @@ class SpilledShares:
         OSError: the file could not be read, or ended early.
         """
         with self._lock:
-            offset, dtype, shape, blocks = self._where[key]
-            out = np.empty(shape, dtype) if blocks is None else np.zeros(shape, dtype)
-            view = out.data.cast("B")
-            assert self._file is not None  # created by the put that recorded ``key``
+            _, dtype, shape, _ = self._where[key]
+            return self._read([key], dtype, shape)[0]
+
+    def get_many(self, keys: list[int], dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+        """The arrays kept for ``keys`` (each of ``dtype`` and ``shape``), in order, as the rows of
+        one new array ``(len(keys), *shape)``: row ``i`` equal to ``get(keys[i])``.  Arrays that lie
+        end to end in the file (a batch :meth:`put_many` joined) are read with one read, not one a key.
+
+        Raises
+        ------
+        KeyError: nothing is kept for a key.
+        ValueError: an array kept for a key is not of ``dtype`` and ``shape``.
+        OSError: the file could not be read, or ended early.
+        """
+        with self._lock:
+            return self._read(keys, np.dtype(dtype), tuple(shape))
+
+    def _read(self, keys: list[int], dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+        """:meth:`get_many` with the lock held."""
+        where = [self._where[k] for k in keys]
+        if any(d != dtype or s != shape for _, d, s, _ in where):
+            raise ValueError(f"the arrays kept for these keys are not all {dtype} {shape}")
+        whole = all(b is None for *_, b in where)
+        out = np.empty((len(keys), *shape), dtype) if whole else np.zeros((len(keys), *shape), dtype)
+        view = out.reshape(-1).view(np.uint8).data  # its bytes (of no rows too)
+        size = view.nbytes // max(1, len(keys))
+        spans: list[tuple[int, int, int]] = []  # (offset in the file, start, end in out's bytes)
+        for i, (offset, _, _, blocks) in enumerate(where):
+            at = i * size
+            if blocks is not None:  # its non-zero runs, written one after the other from its offset
+                for lo, hi in _runs(blocks):
+                    spans.append((offset, at + lo, at + min(hi, size)))
+                    offset += min(hi, size) - lo
+            elif spans and spans[-1][0] + spans[-1][2] - spans[-1][1] == offset and spans[-1][2] == at:
+                spans[-1] = (spans[-1][0], spans[-1][1], at + size)  # right after the last span, in the file and out
+            else:
+                spans.append((offset, at, at + size))
+        for offset, lo, hi in spans:
+            assert self._file is not None  # created by the put that recorded the keys
             self._file.seek(offset)
-            parts = [view] if blocks is None else [view[lo:hi] for lo, hi in _runs(blocks)]
-            for part in parts:
-                done = 0
-                while done < len(part):
-                    got = self._file.readinto(part[done:])
-                    if not got:
-                        raise OSError(f"spilled share of device {key}: the file ended early")
-                    done += got
-            return out
+            done = lo
+            while done < hi:
+                got = self._file.readinto(view[done:hi])
+                if not got:
+                    raise OSError(f"spilled share of device {keys[lo // size]}: the file ended early")
+                done += got
+        return out
 
     def clear(self) -> None:
         """Forget every array and give the file's space back (the file stays open)."""

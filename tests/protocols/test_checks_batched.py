@@ -18,7 +18,11 @@ from secemb.protocols.secemb.checks import (
     binding,
     key_digests,
     query_seeds,
+    relay_subkey,
+    relay_subkeys,
     round_secret,
+    seed_tag,
+    seed_tags,
     sketch_halves,
     sketch_seeds,
 )
@@ -68,3 +72,33 @@ def test_sketch_secrets_are_the_documented_formulas() -> None:
 def test_a_sketch_key_of_another_length_or_type_is_refused(key: object) -> None:
     with pytest.raises(InvalidParameters, match="32 bytes"):
         round_secret(key, 0)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 20])
+def test_batched_seed_tags_and_relay_subkeys_are_the_documented_formulas(n: int) -> None:
+    """Server 1 tags a batch's sketch seeds at once (``checks.seed_tags``: the sub-keys one
+    ``relay_subkeys`` batch, the tags one batch of HMACs under them): the bytes of ``seed_tag`` and
+    ``relay_subkey`` a device, each computed here with hmac from its documented formula.  Mutation:
+    the outer pad 0x36 in ``_shani._hmac_rows`` (a key a row) fails every n > 0."""
+    keys = [bytes([i]) * 8 + bytes(range(i, i + 8)) for i in range(n)]
+    seeds = [bytes([255 - i]) * 16 for i in range(n)]
+    sub = [hmac.new(k, b"secemb-relay-subkey-seed-tag", "sha256").digest() for k in keys]
+    want = [hmac.new(s, b"secemb-sketch-seed-tag" + _u64(9) + c, "sha256").digest()[:16]
+            for s, c in zip(sub, seeds, strict=True)]
+    assert seed_tags(keys, 9, seeds) == want == [seed_tag(k, 9, c) for k, c in zip(keys, seeds, strict=True)]
+    for use, size in (("seed-tag", 32), ("upload-gmac", 16)):
+        rows = relay_subkeys(keys, use)  # type: ignore[arg-type]
+        assert rows.shape == (n, size)
+        assert [bytes(r) for r in rows] == [relay_subkey(k, use) for k in keys]  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("keys", "seeds"), [([b"k" * 15], [b"c" * 16]), ([b"k" * 16], [b"c" * 15]),
+                                             ([b"k" * 16] * 2, [b"c" * 16]), ([b"k" * 17], [b"c" * 16])])
+def test_batched_seed_tags_refuse_keys_and_seeds_of_other_lengths(keys: list[bytes], seeds: list[bytes]) -> None:
+    with pytest.raises(InvalidParameters):
+        seed_tags(keys, 9, seeds)
+
+
+def test_batched_relay_subkeys_refuse_another_use() -> None:
+    with pytest.raises(InvalidParameters, match="use"):
+        relay_subkeys([b"k" * 16], "upload")  # type: ignore[arg-type]

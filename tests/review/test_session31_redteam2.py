@@ -568,21 +568,27 @@ def test_the_one_time_relay_key_reaches_no_primitive_but_through_its_sub_key_fun
                 if isinstance(up, ast.Tuple):  # ``key, user._mac_key = user._mac_key, None``: followed as ``key``
                     uses.append((path.name, node.lineno, "moved"))
                     continue
+                if isinstance(up, ast.ListComp) and up.elt is node:  # ``f([d.mac_key for d in ...])``: f's use
+                    node, up = up, parents.get(up)
                 name = up.func.id if isinstance(up, ast.Call) and isinstance(up.func, ast.Name) else type(up).__name__
                 uses.append((path.name, node.lineno, name))
     assert uses, "no use of the relay key found: the scan is broken"
-    bad = [u for u in uses if u[2] not in ("upload_mac", "seed_tag", "moved")]
+    bad = [u for u in uses if u[2] not in ("upload_mac", "seed_tag", "seed_tags", "moved")]
     assert not bad, bad
     moved = [u for u in uses if u[2] == "moved"]
     assert [u[0] for u in moved] == ["user.py"], moved  # the upload's ``key``: passed to upload_mac only
     user_src = (REPO / "secemb/protocols/secemb/user.py").read_text()
     assert user_src.count("upload_mac(cast(\"bytes\", key)") == 1
-    for fn, where in (("upload_mac", "relay.py"), ("seed_tag", "checks.py")):
+    # (session 34: server 1's batch of seed tags, ``seed_tags``, takes the keys as a list and hands them to
+    # ``relay_subkeys``, the batch of ``relay_subkey``, only)
+    for fn, where, arg, sub in (("upload_mac", "relay.py", "key", "relay_subkey"),
+                                ("seed_tag", "checks.py", "key", "relay_subkey"),
+                                ("seed_tags", "checks.py", "keys", "relay_subkeys")):
         tree = ast.parse((REPO / "secemb/protocols/secemb" / where).read_text())
         (func,) = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == fn]
         keyed = [n for n in ast.walk(func) if isinstance(n, ast.Call) and getattr(n.func, "id", "") != "len" and any(
-            isinstance(a, ast.Name) and a.id == "key" for a in n.args)]
-        assert keyed and all(isinstance(n.func, ast.Name) and n.func.id == "relay_subkey" for n in keyed), fn
+            isinstance(a, ast.Name) and a.id == arg for a in n.args)]
+        assert keyed and all(isinstance(n.func, ast.Name) and n.func.id == sub for n in keyed), fn
 
 
 # -- 4. the round's end from 'previous' -----------------------------------------------------------------

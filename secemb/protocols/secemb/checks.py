@@ -23,13 +23,13 @@ from typing import Literal
 import numpy as np
 
 from secemb.errors import InvalidParameters
-from secemb.fss.hashing import row_bytes, sha256_many
+from secemb.fss.hashing import hmac_sha256_many, row_bytes, sha256_many
 from secemb.fss.sketch import SKETCH_SEED_BYTES
 from secemb.protocols.secemb.sizes import BIND_BYTES, MAC_KEY_BYTES, SEED_TAG_BYTES, TAG_BYTES, U64
 
 __all__ = ["SKETCH_KEY_BYTES", "VERIFY_DOMAIN", "binding", "bindings", "bound_challenges", "half_tags", "key_digests",
-           "query_seeds", "relay_subkey", "round_secret", "row_tags", "seed_tag", "sketch_halves", "sketch_seeds",
-           "suffix_tags"]
+           "query_seeds", "relay_subkey", "relay_subkeys", "round_secret", "row_tags", "seed_tag", "seed_tags",
+           "sketch_halves", "sketch_seeds", "suffix_tags"]
 
 _ROW_TAG_DOMAIN = b"secemb-row-tag"
 #: verified uploads (docs/security.md, "A malicious device"): the domain of the per-user digest
@@ -37,10 +37,6 @@ _ROW_TAG_DOMAIN = b"secemb-row-tag"
 VERIFY_DOMAIN = b"secemb-verify-upload"
 #: the servers' shared sketch key
 SKETCH_KEY_BYTES = 32
-#: SHA-256's block, and HMAC's pads of it (RFC 2104)
-_BLOCK = 64
-_IPAD = int.from_bytes(b"\x36" * _BLOCK, "big")
-_OPAD = int.from_bytes(b"\x5c" * _BLOCK, "big")
 #: the uses of a device's one-time relay key (:func:`relay_subkey`), each with the length of its
 #: sub-key: AES-128's key (the upload's GMAC), HMAC-SHA256's whole output (the seed tag's HMAC key)
 _SUBKEY_BYTES = {"upload-gmac": 16, "seed-tag": 32}
@@ -111,15 +107,10 @@ def round_secret(sketch_key: bytes, round_id: int) -> bytes:
 
 
 def _hmac_many(key: bytes, head: bytes, tails: np.ndarray) -> list[bytes]:
-    """``HMAC-SHA256(key, head || tails[i])[:16]`` of every row of ``tails`` (uint8 (n, L)): the
-    inner and the outer hashes each one :func:`~secemb.fss.hashing.sha256_many` batch (RFC 2104
-    with the key padded to SHA-256's 64-byte block; the same bytes as :func:`hmac.digest`).  A batch's
-    derivations cost two kernel calls, not ``n`` Python HMACs."""
-    if len(key) > _BLOCK:  # RFC 2104 would hash it first; the round secret is 32 bytes
-        raise InvalidParameters(f"an HMAC key here is at most {_BLOCK} bytes")
-    padded = int.from_bytes(key.ljust(_BLOCK, b"\0"), "big")
-    inner = sha256_many((padded ^ _IPAD).to_bytes(_BLOCK, "big") + head, tails)
-    return row_bytes(sha256_many((padded ^ _OPAD).to_bytes(_BLOCK, "big"), inner), SKETCH_SEED_BYTES)
+    """``HMAC-SHA256(key, head || tails[i])[:16]`` of every row of ``tails`` (uint8 (n, L)): one
+    :func:`~secemb.fss.hashing.hmac_sha256_many` batch under the one key (the same bytes as
+    :func:`hmac.digest`; with the SHA-NI kernel one compiled call, not ``n`` Python HMACs)."""
+    return row_bytes(hmac_sha256_many(np.frombuffer(key, np.uint8).reshape(1, -1), head, tails), SKETCH_SEED_BYTES)
 
 
 def _user_tails(users: list[int], digests: list[bytes] | None = None) -> np.ndarray:
@@ -172,6 +163,24 @@ def relay_subkey(key: bytes, use: Literal["upload-gmac", "seed-tag"]) -> bytes:
     return hmac.digest(key, b"secemb-relay-subkey-" + use.encode(), "sha256")[: _SUBKEY_BYTES[use]]
 
 
+def relay_subkeys(keys: Sequence[bytes], use: Literal["upload-gmac", "seed-tag"]) -> np.ndarray:
+    """:func:`relay_subkey` of each one-time relay key of ``keys`` for one ``use``, as one batch
+    (:func:`~secemb.fss.hashing.hmac_sha256_many`, a key a row: one compiled call for the batch with
+    the SHA-NI kernel, not a Python HMAC a key):
+    uint8 (len(keys), 16 or 32), row ``i`` the bytes of ``relay_subkey(keys[i], use)``.
+
+    Raises
+    ------
+    InvalidParameters: a key is not :data:`MAC_KEY_BYTES` bytes, or ``use`` neither of the two.
+    """
+    if any(len(key) != MAC_KEY_BYTES for key in keys):
+        raise InvalidParameters(f"a one-time relay key is {MAC_KEY_BYTES} bytes, got {[len(k) for k in keys]}")
+    if use not in _SUBKEY_BYTES:
+        raise InvalidParameters(f"a relay sub-key's use is one of {sorted(_SUBKEY_BYTES)}, got {use!r}")
+    rows = np.frombuffer(b"".join(keys), np.uint8).reshape(len(keys), MAC_KEY_BYTES)
+    return hmac_sha256_many(rows, b"secemb-relay-subkey-" + use.encode(), rows[:, :0])[:, : _SUBKEY_BYTES[use]]
+
+
 def seed_tag(key: bytes, round_id: int, seed: bytes) -> bytes:
     """With relay: server 1's tag of a device's sketch seed ``c_u``, ``HMAC-SHA256(k_tag,
     b"secemb-sketch-seed-tag" || u64 round || c_u)[:16]`` (:data:`SEED_TAG_BYTES`), ``k_tag =
@@ -190,6 +199,26 @@ def seed_tag(key: bytes, round_id: int, seed: bytes) -> bytes:
         raise InvalidParameters(f"a seed tag takes a {MAC_KEY_BYTES}-byte key and a {SKETCH_SEED_BYTES}-byte seed")
     return hmac.digest(relay_subkey(key, "seed-tag"), b"secemb-sketch-seed-tag" + U64.pack(round_id) + seed,
                        "sha256")[:SEED_TAG_BYTES]
+
+
+def seed_tags(keys: Sequence[bytes], round_id: int, seeds: Sequence[bytes]) -> list[bytes]:
+    """:func:`seed_tag` of each device's one-time relay key ``keys[i]`` and sketch seed ``seeds[i]``
+    (server 1's tags of a batch's seeds), the same bytes: the sub-keys one :func:`relay_subkeys`
+    batch, the tags' HMACs one :func:`~secemb.fss.hashing.hmac_sha256_many` batch under them.
+
+    Raises
+    ------
+    InvalidParameters: the lists differ in length, a key is not :data:`MAC_KEY_BYTES` bytes or a
+        seed not 16.
+    """
+    if len(keys) != len(seeds) or any(len(seed) != SKETCH_SEED_BYTES for seed in seeds):
+        raise InvalidParameters(f"seed tags take a key and a {SKETCH_SEED_BYTES}-byte seed a device")
+    if not seeds:
+        return []
+    subkeys = relay_subkeys(keys, "seed-tag")
+    tails = np.frombuffer(b"".join(seeds), np.uint8).reshape(len(seeds), SKETCH_SEED_BYTES)
+    return row_bytes(hmac_sha256_many(subkeys, b"secemb-sketch-seed-tag" + U64.pack(round_id), tails),
+                     SEED_TAG_BYTES)
 
 
 def half_tags(round_id: int, party: int | Sequence[int], halves: list[bytes]) -> list[bytes]:

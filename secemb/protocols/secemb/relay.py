@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError, RelayTampered, SecembError
 from secemb.fss.convert import convert, convert_accumulate, convert_add
 from secemb.protocols.base import RelayRole, RoundConfig, result_or_raise
-from secemb.protocols.secemb.checks import key_digests, relay_subkey, seed_tag
+from secemb.protocols.secemb.checks import key_digests, relay_subkey, seed_tags
 from secemb.protocols.secemb.server import Request, SecEmbServer, sift, stacked
 from secemb.protocols.secemb.sizes import (
     BIND_BYTES,
@@ -442,8 +442,8 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
             framer = Framer(NAME, "relay_answer", 1, cfg.round_id, relay_answer_bytes(cfg, self.verify))
             # verified uploads: server 1 vouches for each device's sketch seed to the device, under
             # the key server 0 never sees (its tag follows the masked answer, server 0 passes it on)
-            tags = [b""] * len(users) if seeds is None else [
-                seed_tag(d.mac_key, cfg.round_id, c) for d, c in zip(directs, seeds, strict=True)]
+            tags = [b""] * len(users) if seeds is None else seed_tags([d.mac_key for d in directs], cfg.round_id,
+                                                                       seeds)
 
             def masked(batch: list[tuple[np.ndarray, bytes, bytes]]) -> list[bytes]:
                 """The relay answers of a range of users: their shares plus their masks, each mask

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import operator
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -17,6 +18,7 @@ import numpy as np
 from secemb import fss
 from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError, SecembError
 from secemb.fss import rangeproof, sketchproof
+from secemb.fss.field import batch_nbytes
 from secemb.fss.hashing import row_bytes
 from secemb.fss.sketch import Expanded, expand, server_inputs_many
 from secemb.fss.fused import PayloadSums, PreparedAggregation
@@ -88,6 +90,9 @@ __all__ = ["EVAL_BYTES", "FOLD_BYTES", "Request", "SecEmbServer"]
 _T = TypeVar("_T")
 _R = TypeVar("_R")
 _M = TypeVar("_M")
+
+#: a framed message's header and body (bytes slices)
+_HEAD, _BODY = operator.itemgetter(slice(HEADER_BYTES)), operator.itemgetter(slice(HEADER_BYTES, None))
 
 #: batch of users is split into tasks of at most this many bytes of leaf state
 EVAL_BYTES = 1 << 30
@@ -716,12 +721,17 @@ class SecEmbServer(ServerRole):
 
     def _dense_shares(self, users: list[int]) -> list[np.ndarray]:
         """:meth:`_dense_share` of each of absorbed ``users``, in order (a relay server 1 expands
-        their seeds as one batch).
+        their seeds as one batch): where all were spilled, the rows of one array read back at once
+        (:meth:`~secemb.protocols.spill.SpilledShares.get_many`: one read for the shares a batch
+        spilled together, not one a user), else one a user.
 
         Raises
         ------
         OSError: the disk could not give one back.
         """
+        if all(map(self._spilled.__contains__, users)):
+            cfg = self._cfg()
+            return list(self._spilled.get_many(users, cfg.dtype, (cfg.dense_size,)))
         return [self._dense_share(u) for u in users]
 
     def _summed(self, users: list[int]) -> np.ndarray:
@@ -1112,6 +1122,10 @@ class SecEmbServer(ServerRole):
         out: list[SecembError | None] = [None] * len(proofs)
         size = params.message_bytes(0)
         opener = Opener(NAME, "bound_proof", 0, cfg.round_id, size)
+        bodies = self._proof_bodies(proofs, params, opener)
+        if bodies is not None:  # every item taken: no error to place
+            self._proofs.update(zip([u for u, _ in proofs], bodies, strict=True))
+            return out
         # the elements of the batch's messages of the round's length, checked in one read (whether a message
         # opens is take's check): refused here, not at verification
         at = [i for i, (_, m) in enumerate(proofs) if type(m) is bytes and len(m) == HEADER_BYTES + size]
@@ -1131,6 +1145,29 @@ class SecEmbServer(ServerRole):
         users, _, bodies = sift([(u, (i, m)) for i, (u, m) in enumerate(proofs)], out, take)
         self._proofs.update(zip(users, bodies, strict=True))
         return out
+
+    def _proof_bodies(self, proofs: list[tuple[int, bytes]], params: rangeproof.RangeParams,
+                      opener: Opener) -> list[bytes] | None:
+        """The bodies of a batch of proofs that :meth:`handle_proof_many` takes whole -- distinct
+        users in range that uploaded and sent no proof yet, each message ``bytes`` of the round's
+        length with the header ``opener`` takes (the first one opened, the others equal to it byte for
+        byte) and well formed (:func:`~secemb.fss.rangeproof.well_formed`) -- checked by C-level maps
+        over the batch, not one Python step a device; None where any item fails a check (then each
+        item is taken or refused on its own, naming its fault)."""
+        users, msgs = [u for u, _ in proofs], [m for _, m in proofs]
+        total = HEADER_BYTES + params.message_bytes(0)
+        if not proofs or batch_nbytes(msgs) != total or not set(map(type, users)) <= {int}:
+            return None
+        distinct = set(users)
+        if (len(distinct) != len(users) or not distinct <= self._challenges.keys()
+                or not distinct.isdisjoint(self._proofs) or len(set(map(_HEAD, msgs))) != 1):
+            return None
+        try:  # the extremes' range (the ids are ints), and the one header
+            check_user(min(users)), check_user(max(users)), opener(msgs[0])
+        except SecembError:
+            return None
+        bodies = list(map(_BODY, msgs))
+        return bodies if bool(rangeproof.well_formed(params, bodies).all()) else None
 
     def _bound_contexts(self, users: list[int], challenges: list[bytes]) -> list[bytes]:
         """Each user's proof context (:func:`~secemb.protocols.secemb.bounds.context`) under its
@@ -1212,16 +1249,17 @@ class SecEmbServer(ServerRole):
         """
         cfg = self._cfg()
         params = self._bounded(0)
-        for u in users:
-            if u not in self._challenges:
-                raise ProtocolError(f"user {u} did not upload in round {cfg.round_id}")
-        proved = sorted(set(users) & self._proofs.keys())
+        asked = set(users)
+        if not asked <= self._challenges.keys():  # checked as a set; the first fault named in order
+            u = next(u for u in users if u not in self._challenges)
+            raise ProtocolError(f"user {u} did not upload in round {cfg.round_id}")
+        proved = sorted(asked & self._proofs.keys())
         challenges = [self._challenges[u] for u in proved]
         contexts = self._bound_contexts(proved, challenges)
         shares = rangeproof.parse(params, 0, [self._proofs[u] for u in proved])  # checked at intake: no error
         hints = rangeproof.own_parts(params, shares, contexts)  # part_0, hashed once: bound_rejected verifies with it
         query = system_rng(QUERY_BYTES)
-        self._asked = _Asked(proved, query, set(users) - set(proved), challenges, contexts, shares, hints)
+        self._asked = _Asked(proved, query, asked - set(proved), challenges, contexts, shares, hints)
         rows = np.empty((len(proved), 8 + CHALLENGE_BYTES + 2 * rangeproof.PART_BYTES), np.uint8)
         rows[:, :8] = np.array(proved, "<u8").view(np.uint8).reshape(-1, 8)
         rows[:, 8 : 8 + CHALLENGE_BYTES] = np.frombuffer(b"".join(challenges), np.uint8).reshape(-1, CHALLENGE_BYTES)
@@ -1261,18 +1299,23 @@ class SecEmbServer(ServerRole):
         # the entries' fields by column: u64 user || c || part_0 || part_1
         table = np.frombuffer(body, np.uint8, entry * count, QUERY_BYTES).reshape(count, entry)
         users = table[:, :8].copy().view("<u8")[:, 0].tolist()
-        if len(set(users)) != count:
+        distinct = set(users)
+        if len(distinct) != count:
             raise InvalidMessage("bound_request: a user is listed twice")
-        for u in users:
-            if u not in self._absorbed or u not in self._sigmas:
-                raise ProtocolError(f"user {u} did not upload to server 1 in round {cfg.round_id}")
-            if u in self._answered:
-                raise ProtocolError(f"user {u}'s bound proof was already checked in round {cfg.round_id}")
+        if not (distinct <= self._absorbed.keys() and distinct <= self._sigmas.keys()) \
+                or not distinct.isdisjoint(self._answered):  # checked as sets; the first fault named in order
+            for u in users:
+                if u not in self._absorbed or u not in self._sigmas:
+                    raise ProtocolError(f"user {u} did not upload to server 1 in round {cfg.round_id}")
+                if u in self._answered:
+                    raise ProtocolError(f"user {u}'s bound proof was already checked in round {cfg.round_id}")
         hint_at = 8 + CHALLENGE_BYTES
         challenges = row_bytes(table[:, 8:hint_at])
-        sigmas = [self._sigmas[u] for u in users]
-        shares = rangeproof.parse(params, 1, [s + h for s, h in zip(sigmas, row_bytes(
-            table[:, hint_at : hint_at + rangeproof.PART_BYTES]), strict=True)])
+        sigmas = [self._sigmas[u] for u in users]  # SIGMA_BYTES each, as the requests carried them
+        msgs = np.empty((count, SIGMA_BYTES + rangeproof.PART_BYTES), np.uint8)  # each one's sigma || part_0
+        msgs[:, :SIGMA_BYTES] = np.frombuffer(b"".join(sigmas), np.uint8).reshape(count, SIGMA_BYTES)
+        msgs[:, SIGMA_BYTES:] = table[:, hint_at : hint_at + rangeproof.PART_BYTES]
+        shares = rangeproof.parse(params, 1, msgs)  # the batch's messages as one array
         contexts = self._bound_contexts(users, challenges)
         own = rangeproof.seed_parts(contexts, sigmas)
         v1 = self._verifier_messages(params, shares, users, challenges, contexts, query, parts=own)
