@@ -68,13 +68,14 @@ def hmac_sha256_many(keys: np.ndarray, head: bytes, tails: np.ndarray) -> np.nda
 
     Raises
     ------
-    InvalidParameters: ``keys`` or ``tails`` not 2-D uint8 arrays, keys longer than 64 bytes (RFC
+    InvalidParameters: ``head`` not bytes, ``keys`` or ``tails`` not 2-D uint8 arrays, keys longer than 64 bytes (RFC
     2104 would hash them first; the keys here are 16 or 32 bytes), or neither one key nor one a row.
     """
-    if not all(isinstance(a, np.ndarray) and a.dtype == np.uint8 and a.ndim == 2 for a in (keys, tails)) or (
+    if not isinstance(head, bytes) or not all(
+            isinstance(a, np.ndarray) and a.dtype == np.uint8 and a.ndim == 2 for a in (keys, tails)) or (
             keys.shape[1] > _HMAC_BLOCK or keys.shape[0] not in (1, tails.shape[0])):
-        raise InvalidParameters(f"HMAC rows: keys uint8 (1 or n, <= {_HMAC_BLOCK}) and tails uint8 (n, L), got "
-                                f"{getattr(keys, 'dtype', None)} {getattr(keys, 'shape', None)} and "
+        raise InvalidParameters(f"HMAC rows: head bytes, keys uint8 (1 or n, <= {_HMAC_BLOCK}) and tails uint8 (n, L), "
+                                f"got {type(head).__name__}, {getattr(keys, 'dtype', None)} {getattr(keys, 'shape', None)} and "
                                 f"{getattr(tails, 'dtype', None)} {getattr(tails, 'shape', None)}")
     if kernels.sha_compiled():
         return _shani().hmac_sha256_many(keys, head, tails)

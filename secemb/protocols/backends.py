@@ -33,7 +33,7 @@ from secemb import fss
 from secemb.errors import InvalidParameters
 from secemb.fss.convert import convert, convert_add
 from secemb.fss.cuckoo import NUM_HASHES, CuckooLayout
-from secemb.fss.hashing import sha256_many
+from secemb.fss.hashing import hmac_sha256_many, sha256_many
 from secemb.fss.linalg import LimbMatrix
 from secemb.fss.sketch import SketchCheck, expand
 
@@ -307,7 +307,8 @@ def warm_kernels() -> None:
     answers (simulated devices share the process) and one conversion added into arrays (the relay
     masks); one payload conversion
     (dense masks) and one batch of SHA-256 rows (row tags, key
-    digests: the kernel reads rows of any layout by address, one signature); requests' keys parsed
+    digests: the kernel reads rows of any layout by address, one signature), HMACs of rows (keys and rows
+    read-only or not: sketch seeds, seed tags, relay sub-keys); requests' keys parsed
     from the rows of one array (several rows and one: the seed words' two layouts).  With the numpy
     reference it only runs that reference."""
     from secemb.fss.fused import (RETRIEVAL_TAG, bits_product, retrieve_and_prepare, retrieve_and_prepare_buckets,
@@ -336,6 +337,12 @@ def warm_kernels() -> None:
         convert_add(np.zeros((1, 2), np.uint64), RETRIEVAL_TAG, [np.zeros(3, dtype)])  # the relay masks' additions
     convert(np.zeros((1, 2), np.uint64), 4, 64, RETRIEVAL_TAG)
     sha256_many(b"", np.zeros((1, 32), np.uint8))
+    # HMACs of rows (the sketch seeds and tags, relay sub-keys): keys and rows read-only (from bytes) or not
+    for keys_ro in (False, True):
+        for rows_ro in (False, True):
+            keys, rows = np.zeros((1, 16), np.uint8), np.zeros((1, 8), np.uint8)
+            keys.flags.writeable, rows.flags.writeable = not keys_ro, not rows_ro
+            hmac_sha256_many(keys, b"", rows)
     # requests parsed as a server parses them: the rows of one array of request bodies, two and one
     keys = fss.gen(alphas, np.ones((4, 1), np.uint32), 16)[0]
     rows = np.zeros((2, fss.keys.HEADER_BYTES + 2 * keys.params.key_bytes), np.uint8)

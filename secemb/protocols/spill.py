@@ -173,7 +173,7 @@ class SpilledShares:
             while done < hi:
                 got = self._file.readinto(view[done:hi])
                 if not got:
-                    raise OSError(f"spilled share of device {keys[lo // size]}: the file ended early")
+                    raise OSError(f"spilled share of device {keys[done // size]}: the file ended early")
                 done += got
         return out
 
