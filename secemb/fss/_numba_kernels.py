@@ -523,8 +523,9 @@ def _both_by_class(words, nb, rk, acc, start, live, key_acc, key_t, period, fres
     in isolation), in the bench's flow, per-round alternation, thread CPU, load 1.2-2.8: half of it
     is not this kernel's -- the rows-only call on the same arguments in the bounded round costs
     +95..+222 µs (median of four runs ~+140) over the checked round's (no CPU frequency change: a
-    scalar probe is equal across rounds; reading the call's inputs first takes 50-130 µs of it
-    back, so they are colder there); the rest (+65..+235 over that round's rows-only call) is
+    scalar probe is equal across rounds; reading the call's inputs just before took 50-130 µs of
+    it back in one run set and nothing beyond noise in another: cause not found); the rest
+    (+65..+235 over that round's rows-only call) is
     the sums, with ``key_acc`` the batch's (U, G, w) view costing 0-200 µs more than a private
     C-contiguous buffer (whose copy into the view costs ~110 µs: no gain).  Tried, not kept:
     ``prefetchw`` of each segment's key lines as it is staged (under the step's AES): the sums'
