@@ -74,9 +74,10 @@ def hmac_sha256_many(keys: np.ndarray, head: bytes, tails: np.ndarray) -> np.nda
     if not isinstance(head, bytes) or not all(
             isinstance(a, np.ndarray) and a.dtype == np.uint8 and a.ndim == 2 for a in (keys, tails)) or (
             keys.shape[1] > _HMAC_BLOCK or keys.shape[0] not in (1, tails.shape[0])):
-        raise InvalidParameters(f"HMAC rows: head bytes, keys uint8 (1 or n, <= {_HMAC_BLOCK}) and tails uint8 (n, L), "
-                                f"got {type(head).__name__}, {getattr(keys, 'dtype', None)} {getattr(keys, 'shape', None)} and "
-                                f"{getattr(tails, 'dtype', None)} {getattr(tails, 'shape', None)}")
+        raise InvalidParameters(f"HMAC rows: head bytes, keys uint8 (1 or n, <= {_HMAC_BLOCK}) and tails uint8 "
+                                f"(n, L), got {type(head).__name__}, {getattr(keys, 'dtype', None)} "
+                                f"{getattr(keys, 'shape', None)} and {getattr(tails, 'dtype', None)} "
+                                f"{getattr(tails, 'shape', None)}")
     if kernels.sha_compiled():
         return _shani().hmac_sha256_many(keys, head, tails)
     one = keys.shape[0] == 1
