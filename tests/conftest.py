@@ -8,11 +8,20 @@ of tests/protocols and tests/fss.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable
 
 import pytest
 
 from round_setup import SecEmbRound, begin
+
+# The suite starts many Python processes (server processes, CLI runs, device processes).  Where the
+# environment asks Python for no bytecode cache (``PYTHONDONTWRITEBYTECODE``, as some sandboxes set),
+# each of them compiled secemb's ~150 modules from source again (~0.5 s of CPU a server process,
+# session 34, helper E); the cache (``__pycache__/``, ignored by git) is what a user's checkout has.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 
 @pytest.fixture

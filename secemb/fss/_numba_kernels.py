@@ -517,7 +517,20 @@ def _both_by_class(words, nb, rk, acc, start, live, key_acc, key_t, period, fres
     leaves of 65 uint32; captured from ``secemb bench robust``), thread CPU, alternating with the
     rows-only sums under load: both sums cost +1.10 ms over the rows alone with session 31's kernel
     (eight 256-bit vectors with spills and a scalar loop for the 65th word, the counts a divide and
-    add a word, a clearing pass), +0.28 ms with this one."""
+    add a word, a clearing pass), +0.28 ms with this one.
+
+    Session 34 (issue 34: the bench's sums calls cost 160-250 µs more than rows-only calls, 0-80 µs
+    in isolation), in the bench's flow, per-round alternation, thread CPU, load 1.2-2.8: half of it
+    is not this kernel's -- the rows-only call on the same arguments in the bounded round costs
+    +95, -35, +222, +189 µs (four runs) over the checked round's (no CPU frequency change: a
+    scalar probe is equal across rounds; reading the call's inputs just before took 50-130 µs of
+    it back in one run set and nothing beyond noise in another: cause not found); the rest
+    (+112, +235, +65, +170 over that round's rows-only call) is the sums, with ``key_acc`` the
+    batch's (U, G, w) view costing 0-200 µs more than a private C-contiguous buffer (whose copy
+    into the view costs ~110 µs: no gain).  Tried, not kept: ``prefetchw`` of each segment's key
+    lines as it is staged (under the step's AES): the sums' extra in five interleaved bench pairs
+    278/354/195/207/170 µs against main's 161/287/199/131/166; the keys' values warmed (written)
+    just before the call: no change."""
     n, big_m, step = words.shape[0], live.shape[0], blocks.shape[0]
     g = key_acc.shape[1]
     count_t = key_t.shape[0] * key_t.shape[1] > 0

@@ -340,9 +340,9 @@ def warm_kernels() -> None:
     # HMACs of rows (the sketch seeds and tags, relay sub-keys): keys and rows read-only (from bytes) or not
     for keys_ro in (False, True):
         for rows_ro in (False, True):
-            keys, rows = np.zeros((1, 16), np.uint8), np.zeros((1, 8), np.uint8)
-            keys.flags.writeable, rows.flags.writeable = not keys_ro, not rows_ro
-            hmac_sha256_many(keys, b"", rows)
+            mac_keys, tails = np.zeros((1, 16), np.uint8), np.zeros((1, 8), np.uint8)
+            mac_keys.flags.writeable, tails.flags.writeable = not keys_ro, not rows_ro
+            hmac_sha256_many(mac_keys, b"", tails)
     # requests parsed as a server parses them: the rows of one array of request bodies, two and one
     keys = fss.gen(alphas, np.ones((4, 1), np.uint32), 16)[0]
     rows = np.zeros((2, fss.keys.HEADER_BYTES + 2 * keys.params.key_bytes), np.uint8)

@@ -201,17 +201,18 @@ class LocalCluster:
                         self.restarts[p] += 1
 
     def stop(self) -> None:
-        """Terminate both servers."""
+        """Terminate both servers: both are asked to stop first, then each is waited for (killed
+        if it has not ended within 10 s), so that they shut down together."""
         self._supervise = False
-        for p in (0, 1):
-            proc = self.procs[p]
-            if proc is not None and proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(timeout=10)
+        live = [proc for proc in self.procs if proc is not None and proc.poll() is None]
+        for proc in live:
+            proc.terminate()
+        for proc in live:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
 
     def __enter__(self) -> LocalCluster:
         return self
