@@ -97,6 +97,26 @@ def test_query_seed_rows_are_the_query_seeds() -> None:
     assert checks.query_seed_rows(s_round, 9, []).shape == (0, 16)
 
 
+def test_sketch_half_rows_are_the_halves() -> None:
+    """``[b, i]`` is ``HMAC-SHA256(s_round, b"secemb-sketch-half" || u8 b || u64 round || u64 user ||
+    K)[:16]`` (spelled out), ``sketch_halves`` its rows as bytes, and the XOR of the two rows the
+    sketch seed ``c_u`` as bytes XOR gives it."""
+    s_round = _stream("round", 32)
+    users = [1, 4, 2**33]
+    digests = [_stream(f"K{u}", 32) for u in users]
+    rows = checks.sketch_half_rows(s_round, 6, users, digests)
+    want = [[_hmac16(s_round, b"secemb-sketch-half" + bytes([b]) + struct.pack("<QQ", 6, u) + d)
+             for u, d in zip(users, digests, strict=True)] for b in (0, 1)]
+    assert rows.dtype == np.uint8 and rows.shape == (2, 3, 16)
+    assert [[r.tobytes() for r in half] for half in rows] == want
+    assert checks.sketch_halves(s_round, 6, users, digests) == list(zip(*want, strict=True))
+    assert [r.tobytes() for r in rows[0] ^ rows[1]] == [bytes(a ^ b for a, b in zip(h0, h1, strict=True))
+                                                         for h0, h1 in zip(*want, strict=True)]
+    assert checks.sketch_half_rows(s_round, 6, [], []).shape == (2, 0, 16)
+    with pytest.raises(InvalidParameters):
+        checks.sketch_half_rows(s_round, 6, users, digests[:2])
+
+
 def test_binding_rows_are_the_bindings_of_any_layout() -> None:
     """Row ``i`` is ``SHA-256(b"secemb-sketch-bind" || u64 round || c_u || sigma)`` (spelled out), of
     C-contiguous rows and of strided views alike; ``bindings`` of the bytes the same."""

@@ -30,7 +30,7 @@ from secemb.protocols.secemb.sizes import MAC_KEY_BYTES, SEED_TAG_BYTES, TAG_BYT
 __all__ = ["SKETCH_KEY_BYTES", "VERIFY_DOMAIN", "binding", "binding_rows", "bindings", "bound_challenges", "half_tags",
            "key_digests", "query_seed_rows", "query_seeds", "relay_subkey", "relay_subkeys", "round_secret", "row_tags",
            "seed_tag", "seed_tags",
-           "sketch_halves", "sketch_seeds", "suffix_tags"]
+           "sketch_half_rows", "sketch_halves", "sketch_seeds", "suffix_tags"]
 
 _ROW_TAG_DOMAIN = b"secemb-row-tag"
 #: verified uploads (docs/security.md, "A malicious device"): the domain of the per-user digest
@@ -143,11 +143,18 @@ def sketch_halves(s_round: bytes, round_id: int, users: list[int], digests: list
     """Without relay: per user both servers' halves ``c_b = HMAC-SHA256(s_round, b"secemb-sketch-half"
     || u8 b || u64 round || u64 user || K)[:16]`` (``b`` = 0, 1) of its sketch seed ``c_u = c_0 XOR
     c_1``, ``K`` (32 bytes) the digest of the server's own copy of its shared key part: server ``b``
-    sends the device ``c_b`` and computes ``c_u`` for its own walk from both; one batch a half
-    (:func:`_hmac_many`)."""
-    tails = _user_tails(users, digests)
-    h0, h1 = (_hmac_many(s_round, b"secemb-sketch-half" + bytes([b]) + U64.pack(round_id), tails) for b in (0, 1))
+    sends the device ``c_b`` and computes ``c_u`` for its own walk from both; :func:`sketch_half_rows`
+    as ``bytes``."""
+    h0, h1 = (row_bytes(h) for h in sketch_half_rows(s_round, round_id, users, digests))
     return list(zip(h0, h1, strict=True))
+
+
+def sketch_half_rows(s_round: bytes, round_id: int, users: list[int], digests: list[bytes]) -> np.ndarray:
+    """:func:`sketch_halves` as uint8 (2, n, 16): ``[b, i]`` the half ``c_b`` of user ``users[i]``
+    (a server XORs the two for ``c_u`` as arrays); one batch a half (:func:`_hmac_rows`)."""
+    tails = _user_tails(users, digests)
+    return np.stack([_hmac_rows(s_round, b"secemb-sketch-half" + bytes([b]) + U64.pack(round_id), tails)
+                     for b in (0, 1)])
 
 
 def relay_subkey(key: bytes, use: Literal["upload-gmac", "seed-tag"]) -> bytes:

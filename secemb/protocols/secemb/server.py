@@ -58,7 +58,7 @@ from secemb.protocols.secemb.checks import (
     query_seed_rows,
     round_secret,
     row_tags,
-    sketch_halves,
+    sketch_half_rows,
     sketch_seeds,
 )
 from secemb.protocols.secemb.sizes import (
@@ -559,8 +559,8 @@ class SecEmbServer(ServerRole):
         sketch seed ``c_u``, the one its walk sketches with, and what this server's reply carries of
         it -- with relay ``c_u`` itself (:func:`~secemb.protocols.secemb.checks.sketch_seeds`,
         server 0's reply, which adds server 1's tag of it), without relay this server's half
-        (:func:`~secemb.protocols.secemb.checks.sketch_halves`, ``c_u`` the XOR of both, each from
-        this server's own ``K``) and this server's tag of the other server's half
+        (:func:`~secemb.protocols.secemb.checks.sketch_half_rows`, ``c_u`` the XOR of both as arrays,
+        each from this server's own ``K``) and this server's tag of the other server's half
         (:func:`~secemb.protocols.secemb.checks.half_tags`); ``None`` without verified uploads."""
         if not self.verify:
             return None
@@ -568,11 +568,10 @@ class SecEmbServer(ServerRole):
         if self.relay:
             seeds = sketch_seeds(self._secret, round_id, users, digests)
             return seeds, seeds
-        halves = sketch_halves(self._secret, round_id, users, digests)
-        other = 1 - self.party
-        tags = half_tags(round_id, other, [h[other] for h in halves])
-        return ([bytes(a ^ b for a, b in zip(h0, h1, strict=True)) for h0, h1 in halves],
-                [h[self.party] + t for h, t in zip(halves, tags, strict=True)])
+        halves = sketch_half_rows(self._secret, round_id, users, digests)
+        tags = half_tags(round_id, 1 - self.party, row_bytes(halves[1 - self.party]))
+        return (row_bytes(halves[0] ^ halves[1]),
+                [h + t for h, t in zip(row_bytes(halves[self.party]), tags, strict=True)])
 
     def _parse_batch(self, requests: list[tuple[int, bytes]]) -> list[Request | SecembError]:
         """:meth:`_parse_requests` of the requests' messages (a relay server takes some from
