@@ -411,13 +411,24 @@ def server_inputs(values: np.ndarray, party: int) -> np.ndarray:
 def server_inputs_many(values: Sequence[np.ndarray], party: int) -> np.ndarray:
     """:func:`server_inputs` of ``n`` devices' values (uint64 (K, 3) each, one ``K``; another byte
     order is read by value) as one array uint64 (n, K, 3): the values stacked (one copy), then
-    checked and (server 1) negated in place, not a new array each step.
+    checked and (server 1) negated in place, not a new array each step.  The usual batch -- native
+    uint64 arrays of one shape, as a server's walk leaves them -- is checked by its distinct
+    (type, shape, dtype), one for the batch, and stacked in one :func:`numpy.array` call; any other
+    is checked array by array.
 
     Raises
     ------
     InvalidParameters: ``party`` not 0 or 1, or the values not ``n >= 1`` unsigned 64-bit (K, 3)
         arrays of one shape in ``[0, p)``.
     """
+    try:
+        kinds = {(type(v), v.shape, v.dtype) for v in values}
+    except AttributeError:  # not an array: refused below
+        kinds = set()
+    if len(kinds) == 1:
+        ((kind, shape, dtype),) = kinds
+        if issubclass(kind, np.ndarray) and len(shape) == 2 and dtype == np.uint64:
+            return _shares(np.array(values, np.uint64), party)  # one copy of the one shape
     if len(values) == 0 or any(not isinstance(v, np.ndarray) or v.ndim != 2 or v.dtype.kind != "u"
                                or v.dtype.itemsize != 8 for v in values):  # S33-R1, S33-R3: each array's own dtype
         raise InvalidParameters(f"values must be n >= 1 uint64 (K, {SKETCH_WORDS}) arrays below p")

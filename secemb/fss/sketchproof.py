@@ -166,6 +166,9 @@ __all__ = [
 
 _DOMAIN = b"secemb/fss/sketchproof/v1/"
 _P = np.uint64(F.P)
+#: ``n`` 16-byte seeds (sketch seeds, query seeds, ``sigma``): ``bytes``, or their rows uint8 (n, 16)
+#: (a server's own batch, read as they are)
+Seeds = Sequence[bytes] | np.ndarray
 _REFUSED = np.uint64(0xFFFF_FFFF_FFFF_FFFF)
 #: the prefix of :func:`share_seed`'s hash
 _SHARE_DOMAIN = _DOMAIN + b"share"
@@ -260,6 +263,18 @@ def _seeds(name: str, values: Sequence[bytes], n: int, size: int = SKETCH_SEED_B
     return [_seed(f"{name}[{i}]", v, size) for i, v in enumerate(values)]
 
 
+def _checked_rows(name: str, values: Seeds, n: int, size: int = SKETCH_SEED_BYTES) -> np.ndarray:
+    """``n`` seeds of ``size`` bytes as the rows of uint8 (n, size), checked: rows given (a server's
+    own, e.g. :func:`secemb.protocols.secemb.checks.query_seed_rows`) by their dtype and shape, as
+    they are; ``bytes`` by :func:`_seeds` (its errors), then joined."""
+    if isinstance(values, np.ndarray):
+        if values.dtype != np.uint8 or values.shape != (n, size):
+            raise InvalidParameters(f"{name}: expected {n} seeds as uint8 ({n}, {size}), got {values.dtype} "
+                                    f"{values.shape}")
+        return values
+    return np.frombuffer(b"".join(_seeds(name, values, n, size)), np.uint8).reshape(n, size)
+
+
 def share_seed(sigma: bytes) -> bytes:
     """The 16-byte seed whose expansion (:func:`secemb.fss.field.expand`) is server 1's proof share,
     for the device's secret ``sigma``: ``SHA-256(domain || "share" || sigma)[:16]``, so that the
@@ -282,7 +297,7 @@ def _share_keys(sigma_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return seeds, sha256_many(DRBG_DOMAIN, seeds)
 
 
-def _coefficients(params: SketchParams, seeds: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
+def _coefficients(params: SketchParams, seeds: Seeds) -> tuple[np.ndarray, np.ndarray]:
     """``r`` ``uint64 (n, M)`` on the calls and ``s`` ``uint64 (n, c)`` on the slots, per device seed
     ``c_u``: uniform field elements, :func:`secemb.fss.field.xof` of ``domain || "coefficients" ||
     c_u`` (one SHAKE-128 call a device, reduced as one batch)."""
@@ -298,12 +313,14 @@ def _coefficients(params: SketchParams, seeds: Sequence[bytes]) -> tuple[np.ndar
     return out[:, :m], out[:, m:]
 
 
-def _seed_rows(seeds: Sequence[bytes]) -> np.ndarray:
-    """The 16-byte seeds as the rows of uint8 (n, 16)."""
+def _seed_rows(seeds: Seeds) -> np.ndarray:
+    """The 16-byte seeds as the rows of uint8 (n, 16) (rows given: as they are)."""
+    if isinstance(seeds, np.ndarray):
+        return seeds
     return np.frombuffer(b"".join(seeds), np.uint8).reshape(len(seeds), SKETCH_SEED_BYTES)
 
 
-def _coefficient_words(params: SketchParams, seeds: Sequence[bytes]) -> np.ndarray:
+def _coefficient_words(params: SketchParams, seeds: Seeds) -> np.ndarray:
     """``uint64 (n, 2 (M + c))``: per device seed, the ``16 (M + c)`` bytes of SHAKE-128 of ``domain ||
     "coefficients" || seed`` as little-endian words, whose 16-byte integers, reduced mod ``p``, are
     :func:`_coefficients`' ``r || s``; the devices' outputs one
@@ -570,9 +587,10 @@ def parse(params: SketchParams, msgs: Sequence[bytes | memoryview]) -> np.ndarra
     raise InvalidMessage(f"sketch proof {bad}: malformed")  # whatever check_message becomes, never the words
 
 
-def server1_shares(params: SketchParams, sigmas: Sequence[bytes]) -> np.ndarray:
+def server1_shares(params: SketchParams, sigmas: Seeds) -> np.ndarray:
     """Server 1's proof shares, ``uint64 (n, proof_length)``, expanded from the ``n`` devices' 16-byte
-    ``sigma``: row ``i`` is :func:`secemb.fss.field.expand` of :func:`share_seed` of ``sigmas[i]``.
+    ``sigma`` (``bytes``, or their rows uint8 (n, 16)): row ``i`` is :func:`secemb.fss.field.expand`
+    of :func:`share_seed` of ``sigmas[i]``.
     With the compiled kernels the share seeds and their AES-256 keys
     (:func:`secemb.randomness.drbg_key`) are two :func:`secemb.fss.hashing.sha256_many` batches and
     the streams one :func:`secemb.fss._rangeproof_kernels.ctr_streams` pass (a row whose first
@@ -585,8 +603,7 @@ def server1_shares(params: SketchParams, sigmas: Sequence[bytes]) -> np.ndarray:
         If a ``sigma`` is not 16 bytes (the caller checks the device's bytes at intake).
     """
     n, count = len(sigmas), params.proof_length
-    rows = np.frombuffer(b"".join(_seeds("sigma", sigmas, n, SEED_BYTES)), np.uint8)
-    digests, keys = _share_keys(rows.reshape(n, SEED_BYTES))
+    digests, keys = _share_keys(_checked_rows("sigma", sigmas, n, SEED_BYTES))
     if not kernels.compiled():
         return F.expand_many(row_bytes(digests), count)
     from secemb.fss._rangeproof_kernels import CTR_BLOCKS, ctr_streams, top_bits
@@ -602,14 +619,14 @@ def server1_shares(params: SketchParams, sigmas: Sequence[bytes]) -> np.ndarray:
     return out
 
 
-def _query_words(queries: Sequence[bytes]) -> np.ndarray:
+def _query_words(queries: Seeds) -> np.ndarray:
     """``uint64 (n, 4)``: each device's 32 bytes of SHAKE-128 of ``domain || "query" || q`` as
     little-endian words (the devices' outputs, one :func:`~secemb.fss.hashing.shake128_many` batch),
     from which its two query points are reduced (:func:`_points`)."""
     return shake128_many(_DOMAIN + b"query", _seed_rows(queries), 32).view("<u8").astype(np.uint64, copy=False)
 
 
-def _points(params: SketchParams, queries: Sequence[bytes]) -> np.ndarray:
+def _points(params: SketchParams, queries: Seeds) -> np.ndarray:
     """``uint64 (n, 2)``: each device's two query points, distinct and outside the nodes
     ``0..2M+2``, from SHAKE-128 of its query seed (as :func:`secemb.fss.rangeproof`'s query), in
     Python integers: the reference of the compiled verifier's
@@ -624,8 +641,8 @@ def _points(params: SketchParams, queries: Sequence[bytes]) -> np.ndarray:
     return np.array(points, np.uint64).reshape(len(queries), 2)
 
 
-def verifier_messages(params: SketchParams, x: np.ndarray, proofs: np.ndarray, seeds: Sequence[bytes],
-                      queries: Sequence[bytes]) -> np.ndarray:
+def verifier_messages(params: SketchParams, x: np.ndarray, proofs: np.ndarray, seeds: Seeds,
+                      queries: Seeds) -> np.ndarray:
     """One server's verifier messages for ``n`` devices, to exchange with the other server and pass
     to :func:`decide` (server 0 and server 1 compute them the same way, each on its own shares).
 
@@ -638,10 +655,10 @@ def verifier_messages(params: SketchParams, x: np.ndarray, proofs: np.ndarray, s
         ``uint64 (n, proof_length)``: this server's proof shares (:func:`parse` at server 0,
         :func:`server1_shares` at server 1).
     seeds:
-        The ``n`` devices' 16-byte sketch seeds ``c_u``.
+        The ``n`` devices' 16-byte sketch seeds ``c_u`` (``bytes``, or the rows of uint8 (n, 16)).
     queries:
         The ``n`` devices' 16-byte query seeds ``q`` (both servers hold them; no device may know
-        its own before its proof is fixed).  A server answers each proof under one query seed only
+        its own before its proof is fixed), as ``seeds``.  A server answers each proof under one query seed only
         (module docstring, Zero knowledge).
 
     Returns
@@ -667,9 +684,9 @@ def verifier_messages(params: SketchParams, x: np.ndarray, proofs: np.ndarray, s
     return out
 
 
-def _check_verifier(params: SketchParams, x: object, proofs: object, seeds: Sequence[bytes],
-                    queries: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray, list[bytes], list[bytes]]:
-    """:func:`verifier_messages`' arguments checked (its errors), the seeds as ``bytes``."""
+def _check_verifier(params: SketchParams, x: object, proofs: object, seeds: Seeds,
+                    queries: Seeds) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`verifier_messages`' arguments checked (its errors), the seeds as rows uint8 (n, 16)."""
     n = len(seeds)
     x = _check_inputs(params, "x", x, n)
     if (not isinstance(proofs, np.ndarray) or proofs.dtype != np.uint64
@@ -678,11 +695,11 @@ def _check_verifier(params: SketchParams, x: object, proofs: object, seeds: Sequ
         raise InvalidParameters(f"proofs must be a uint64 array ({n}, {params.proof_length}), got {got}")
     if proofs.size and proofs.max() >= _P:
         raise InvalidParameters("proofs must hold field elements (below p)")
-    return x, proofs, _seeds("seeds", seeds, n), _seeds("queries", queries, n)
+    return x, proofs, _checked_rows("seeds", seeds, n), _checked_rows("queries", queries, n)
 
 
-def _drawn(params: SketchParams, x: np.ndarray, proofs: np.ndarray, seeds: Sequence[bytes],
-           queries: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _drawn(params: SketchParams, x: np.ndarray, proofs: np.ndarray, seeds: Seeds,
+           queries: Seeds) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The compiled verifier's arguments (:func:`secemb.fss._sketchproof_kernels.verifier_core`,
     :func:`~secemb.fss._sketchproof_kernels.verify_core`) before ``chunk``, of checked ones: the
     shares C-contiguous, the devices' coefficient words (:func:`_coefficient_words`) and query
@@ -691,7 +708,7 @@ def _drawn(params: SketchParams, x: np.ndarray, proofs: np.ndarray, seeds: Seque
             _query_words(queries), F.barycentric(params.calls + 2), F.barycentric(params.gadget_nodes))
 
 
-def _messages(params: SketchParams, x: np.ndarray, proofs: np.ndarray, r: np.ndarray, queries: Sequence[bytes],
+def _messages(params: SketchParams, x: np.ndarray, proofs: np.ndarray, r: np.ndarray, queries: Seeds,
               out: np.ndarray) -> None:
     """:func:`verifier_messages` of checked arguments in numpy (the reference), the calls'
     coefficients ``r`` ``(n, M)`` given, into ``out`` ``(n, 2L + 3)``."""
@@ -778,7 +795,7 @@ def parse_verifier_messages(params: SketchParams, data: bytes, n: int) -> tuple[
     return v, refused
 
 
-def decide(params: SketchParams, v0: np.ndarray, v1: np.ndarray, seeds: Sequence[bytes]) -> np.ndarray:
+def decide(params: SketchParams, v0: np.ndarray, v1: np.ndarray, seeds: Seeds) -> np.ndarray:
     """Whether each device's proof passes, from both servers' verifier messages and the devices'
     sketch seeds ``c_u`` (the gadget's ``s`` comes from them).
 
@@ -798,12 +815,12 @@ def decide(params: SketchParams, v0: np.ndarray, v1: np.ndarray, seeds: Sequence
     _check_messages(params, (("v0", v0), ("v1", v1)))
     if v0.shape != v1.shape:
         raise InvalidMessage(f"verifier messages for different batches: {v0.shape} and {v1.shape}")
-    _, s = _coefficients(params, _seeds("seeds", seeds, len(v0)))
+    _, s = _coefficients(params, _checked_rows("seeds", seeds, len(v0)))
     return _decide(params, v0, v1, s)
 
 
-def verify(params: SketchParams, x: np.ndarray, proofs: np.ndarray, seeds: Sequence[bytes],
-           queries: Sequence[bytes], v1: np.ndarray) -> np.ndarray:
+def verify(params: SketchParams, x: np.ndarray, proofs: np.ndarray, seeds: Seeds,
+           queries: Seeds, v1: np.ndarray) -> np.ndarray:
     """Server 0's whole check of ``n`` devices: ``decide(params, verifier_messages(params, x,
     proofs, seeds, queries), v1, seeds)``, each device's coefficients drawn once for both (its
     arguments and errors are theirs; ``v1`` the other server's messages, :func:`parse_verifier_messages`).

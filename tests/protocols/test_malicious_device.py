@@ -298,3 +298,32 @@ def test_a_device_rejected_in_three_rounds_is_refused_at_the_door() -> None:
     seen = [r for r in record.rounds if r["rejected_devices"] or r["refused_devices"]]
     assert [r["rejected_devices"] for r in seen] == [[0], [0], [0], []]
     assert [r["refused_devices"] for r in seen] == [[], [], [], [0]]
+
+
+@pytest.mark.parametrize(("layout", "relay"), LAYOUTS)
+def test_server_1_refuses_exactly_the_devices_whose_tau_or_sigma_is_off(layout: str, relay: bool) -> None:
+    """Session 34 (helper P2; server 1 compares the batch's bindings as arrays): a device whose tau
+    differs from server 1's binding in its first or its last byte, whose tau is missing, or whose
+    sigma server 1 lacks is refused (its message the refused marker), each alone; every other
+    device's message is the one it had before (byte for byte), and server 0 rejects exactly them."""
+    rnd = Round(layout, relay)
+    users = [0, 1, 2, 3, 4, 5]
+    for u in users:
+        rnd.device(u)
+    s0, s1 = rnd.servers
+    before = s1.verify_answer(users)
+    size = len(before) // len(users)
+    assert s0.verify_rejected(users, before) == set()
+    tau = s1._absorbed[1].sketch
+    assert tau is not None and len(tau) == 32
+    s1._absorbed[1].sketch = bytes([tau[0] ^ 1]) + tau[1:]
+    tau = s1._absorbed[2].sketch
+    assert tau is not None
+    s1._absorbed[2].sketch = tau[:-1] + bytes([tau[-1] ^ 0x80])
+    s1._absorbed[3].sketch = None
+    del s1._sigmas[4]
+    after = s1.verify_answer(users)
+    for i, u in enumerate(users):
+        row = after[i * size : (i + 1) * size]
+        assert row == (b"\xff" * size if u in (1, 2, 3, 4) else before[i * size : (i + 1) * size]), u
+    assert s0.verify_rejected(users, after) == {1, 2, 3, 4}

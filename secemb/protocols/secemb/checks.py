@@ -25,11 +25,12 @@ import numpy as np
 from secemb.errors import InvalidParameters
 from secemb.fss.hashing import hmac_sha256_many, row_bytes, sha256_many
 from secemb.fss.sketch import SKETCH_SEED_BYTES
-from secemb.protocols.secemb.sizes import BIND_BYTES, MAC_KEY_BYTES, SEED_TAG_BYTES, TAG_BYTES, U64
+from secemb.protocols.secemb.sizes import MAC_KEY_BYTES, SEED_TAG_BYTES, TAG_BYTES, U64
 
-__all__ = ["SKETCH_KEY_BYTES", "VERIFY_DOMAIN", "binding", "bindings", "bound_challenges", "half_tags", "key_digests",
-           "query_seeds", "relay_subkey", "relay_subkeys", "round_secret", "row_tags", "seed_tag", "seed_tags",
-           "sketch_halves", "sketch_seeds", "suffix_tags"]
+__all__ = ["SKETCH_KEY_BYTES", "VERIFY_DOMAIN", "binding", "binding_rows", "bindings", "bound_challenges", "half_tags",
+           "key_digests", "query_seed_rows", "query_seeds", "relay_subkey", "relay_subkeys", "round_secret", "row_tags",
+           "seed_tag", "seed_tags",
+           "sketch_half_rows", "sketch_halves", "sketch_seeds", "suffix_tags"]
 
 _ROW_TAG_DOMAIN = b"secemb-row-tag"
 #: verified uploads (docs/security.md, "A malicious device"): the domain of the per-user digest
@@ -106,11 +107,18 @@ def round_secret(sketch_key: bytes, round_id: int) -> bytes:
     return hmac.digest(sketch_key, b"secemb-sketch-round" + U64.pack(round_id), "sha256")
 
 
+def _hmac_rows(key: bytes, head: bytes, tails: np.ndarray) -> np.ndarray:
+    """``HMAC-SHA256(key, head || tails[i])[:16]`` of every row of ``tails`` (uint8 (n, L)), as the
+    rows of uint8 (n, 16), C-contiguous: one :func:`~secemb.fss.hashing.hmac_sha256_many` batch under
+    the one key (the same bytes as :func:`hmac.digest`; with the SHA-NI kernel one compiled call, not
+    ``n`` Python HMACs)."""
+    digests = hmac_sha256_many(np.frombuffer(key, np.uint8).reshape(1, -1), head, tails)
+    return np.ascontiguousarray(digests[:, :SKETCH_SEED_BYTES])
+
+
 def _hmac_many(key: bytes, head: bytes, tails: np.ndarray) -> list[bytes]:
-    """``HMAC-SHA256(key, head || tails[i])[:16]`` of every row of ``tails`` (uint8 (n, L)): one
-    :func:`~secemb.fss.hashing.hmac_sha256_many` batch under the one key (the same bytes as
-    :func:`hmac.digest`; with the SHA-NI kernel one compiled call, not ``n`` Python HMACs)."""
-    return row_bytes(hmac_sha256_many(np.frombuffer(key, np.uint8).reshape(1, -1), head, tails), SKETCH_SEED_BYTES)
+    """:func:`_hmac_rows` as ``n`` 16-byte ``bytes``."""
+    return row_bytes(_hmac_rows(key, head, tails))
 
 
 def _user_tails(users: list[int], digests: list[bytes] | None = None) -> np.ndarray:
@@ -135,11 +143,18 @@ def sketch_halves(s_round: bytes, round_id: int, users: list[int], digests: list
     """Without relay: per user both servers' halves ``c_b = HMAC-SHA256(s_round, b"secemb-sketch-half"
     || u8 b || u64 round || u64 user || K)[:16]`` (``b`` = 0, 1) of its sketch seed ``c_u = c_0 XOR
     c_1``, ``K`` (32 bytes) the digest of the server's own copy of its shared key part: server ``b``
-    sends the device ``c_b`` and computes ``c_u`` for its own walk from both; one batch a half
-    (:func:`_hmac_many`)."""
-    tails = _user_tails(users, digests)
-    h0, h1 = (_hmac_many(s_round, b"secemb-sketch-half" + bytes([b]) + U64.pack(round_id), tails) for b in (0, 1))
+    sends the device ``c_b`` and computes ``c_u`` for its own walk from both; :func:`sketch_half_rows`
+    as ``bytes``."""
+    h0, h1 = (row_bytes(h) for h in sketch_half_rows(s_round, round_id, users, digests))
     return list(zip(h0, h1, strict=True))
+
+
+def sketch_half_rows(s_round: bytes, round_id: int, users: list[int], digests: list[bytes]) -> np.ndarray:
+    """:func:`sketch_halves` as uint8 (2, n, 16): ``[b, i]`` the half ``c_b`` of user ``users[i]``
+    (a server XORs the two for ``c_u`` as arrays); one batch a half (:func:`_hmac_rows`)."""
+    tails = _user_tails(users, digests)
+    return np.stack([_hmac_rows(s_round, b"secemb-sketch-half" + bytes([b]) + U64.pack(round_id), tails)
+                     for b in (0, 1)])
 
 
 def relay_subkey(key: bytes, use: Literal["upload-gmac", "seed-tag"]) -> bytes:
@@ -264,8 +279,14 @@ def bound_challenges(s_round: bytes, round_id: int, users: list[int], digests: l
 def query_seeds(s_round: bytes, round_id: int, users: list[int]) -> list[bytes]:
     """Each user's 16-byte query seed of its sketch proof, ``HMAC-SHA256(s_round,
     b"secemb-sketch-query" || u64 round || u64 user)[:16]``: both servers derive it, the device
-    never learns it (no message carries it); one batch (:func:`_hmac_many`)."""
-    return _hmac_many(s_round, b"secemb-sketch-query" + U64.pack(round_id), _user_tails(users))
+    never learns it (no message carries it); :func:`query_seed_rows` as ``bytes``."""
+    return row_bytes(query_seed_rows(s_round, round_id, users))
+
+
+def query_seed_rows(s_round: bytes, round_id: int, users: list[int]) -> np.ndarray:
+    """:func:`query_seeds` as the rows of uint8 (n, 16) (what the sketch verifier takes,
+    :func:`~secemb.fss.sketchproof.verifier_messages`): one batch (:func:`_hmac_rows`)."""
+    return _hmac_rows(s_round, b"secemb-sketch-query" + U64.pack(round_id), _user_tails(users))
 
 
 def binding(round_id: int, seed: bytes, sigma: bytes) -> bytes:
@@ -287,5 +308,22 @@ def bindings(round_id: int, seeds: list[bytes], sigmas: list[bytes]) -> list[byt
     """
     if len(seeds) != len(sigmas) or any(len(v) != SKETCH_SEED_BYTES for v in (*seeds, *sigmas)):
         raise InvalidParameters("bindings: a 16-byte sketch seed and sigma a device")
-    rows = np.frombuffer(b"".join(c + s for c, s in zip(seeds, sigmas, strict=True)), np.uint8).reshape(len(seeds), 32)
-    return row_bytes(sha256_many(b"secemb-sketch-bind" + U64.pack(round_id), rows), BIND_BYTES)
+    seed_rows, sigma_rows = (np.frombuffer(b"".join(v), np.uint8).reshape(len(v), SKETCH_SEED_BYTES)
+                             for v in (seeds, sigmas))
+    return row_bytes(binding_rows(round_id, seed_rows, sigma_rows))
+
+
+def binding_rows(round_id: int, seeds: np.ndarray, sigmas: np.ndarray) -> np.ndarray:
+    """:func:`bindings` of the rows of ``seeds`` and ``sigmas`` (uint8 (n, 16) each, any memory
+    layout; a server's own, checked once as arrays, not seed by seed) as the rows of uint8 (n, 32):
+    one :func:`~secemb.fss.hashing.sha256_many` batch.
+
+    Raises
+    ------
+    InvalidParameters: ``seeds`` or ``sigmas`` not uint8 (n, 16) of one ``n``.
+    """
+    shape = (len(seeds), SKETCH_SEED_BYTES)
+    if not all(isinstance(a, np.ndarray) and a.dtype == np.uint8 and a.shape == shape for a in (seeds, sigmas)):
+        raise InvalidParameters(f"binding rows: seeds and sigmas uint8 (n, {SKETCH_SEED_BYTES}) of one n, got "
+                                f"{getattr(seeds, 'shape', None)} and {getattr(sigmas, 'shape', None)}")
+    return sha256_many(b"secemb-sketch-bind" + U64.pack(round_id), np.concatenate([seeds, sigmas], axis=1))

@@ -20,7 +20,7 @@ from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, Protoco
 from secemb.fss import rangeproof, sketchproof
 from secemb.fss.field import batch_nbytes
 from secemb.fss.hashing import row_bytes
-from secemb.fss.sketch import Expanded, expand, server_inputs_many
+from secemb.fss.sketch import SKETCH_SEED_BYTES, Expanded, expand, server_inputs_many
 from secemb.fss.fused import PayloadSums, PreparedAggregation
 from secemb.fss.tasks import (
     bits_task,
@@ -51,14 +51,14 @@ from secemb.protocols.secemb.bounds import (
 from secemb.protocols.secemb.checks import (
     SKETCH_KEY_BYTES,
     VERIFY_DOMAIN,
-    bindings,
+    binding_rows,
     bound_challenges,
     half_tags,
     key_digests,
-    query_seeds,
+    query_seed_rows,
     round_secret,
     row_tags,
-    sketch_halves,
+    sketch_half_rows,
     sketch_seeds,
 )
 from secemb.protocols.secemb.sizes import (
@@ -201,6 +201,11 @@ def stacked(bodies: list[memoryview], rows: np.ndarray) -> np.ndarray:
     for j, body in enumerate(bodies):
         rows[j] = body
     return rows
+
+
+def _rows(values: list[bytes], size: int) -> np.ndarray:
+    """``values`` (``size`` bytes each, as the caller checked) as the rows of uint8 (n, size)."""
+    return np.frombuffer(b"".join(values), np.uint8).reshape(len(values), size)
 
 
 @dataclass(frozen=True)
@@ -554,8 +559,8 @@ class SecEmbServer(ServerRole):
         sketch seed ``c_u``, the one its walk sketches with, and what this server's reply carries of
         it -- with relay ``c_u`` itself (:func:`~secemb.protocols.secemb.checks.sketch_seeds`,
         server 0's reply, which adds server 1's tag of it), without relay this server's half
-        (:func:`~secemb.protocols.secemb.checks.sketch_halves`, ``c_u`` the XOR of both, each from
-        this server's own ``K``) and this server's tag of the other server's half
+        (:func:`~secemb.protocols.secemb.checks.sketch_half_rows`, ``c_u`` the XOR of both as arrays,
+        each from this server's own ``K``) and this server's tag of the other server's half
         (:func:`~secemb.protocols.secemb.checks.half_tags`); ``None`` without verified uploads."""
         if not self.verify:
             return None
@@ -563,11 +568,10 @@ class SecEmbServer(ServerRole):
         if self.relay:
             seeds = sketch_seeds(self._secret, round_id, users, digests)
             return seeds, seeds
-        halves = sketch_halves(self._secret, round_id, users, digests)
-        other = 1 - self.party
-        tags = half_tags(round_id, other, [h[other] for h in halves])
-        return ([bytes(a ^ b for a, b in zip(h0, h1, strict=True)) for h0, h1 in halves],
-                [h[self.party] + t for h, t in zip(halves, tags, strict=True)])
+        halves = sketch_half_rows(self._secret, round_id, users, digests)
+        tags = half_tags(round_id, 1 - self.party, row_bytes(halves[1 - self.party]))
+        return (row_bytes(halves[0] ^ halves[1]),
+                [h + t for h, t in zip(row_bytes(halves[self.party]), tags, strict=True)])
 
     def _parse_batch(self, requests: list[tuple[int, bytes]]) -> list[Request | SecembError]:
         """:meth:`_parse_requests` of the requests' messages (a relay server takes some from
@@ -1000,16 +1004,17 @@ class SecEmbServer(ServerRole):
                 raise ProtocolError(f"user {u!r} did not upload in round {self._cfg().round_id}")
         return cast("list[_Absorbed]", got)
 
-    def _sketch_inputs(self, users: list[int], absorbed: list[_Absorbed]) -> tuple[np.ndarray, list[bytes],
-                                                                                   list[bytes]]:
+    def _sketch_inputs(self, users: list[int], absorbed: list[_Absorbed]) -> tuple[np.ndarray, np.ndarray,
+                                                                                   np.ndarray]:
         """What this server's sketch verifier messages of absorbed ``users`` take beside the proof
         shares: its input shares of their sketch values (:func:`~secemb.fss.sketch.server_inputs_many`,
         uint64 (n, S, 3)), their sketch seeds and their query seeds
-        (:func:`~secemb.protocols.secemb.checks.query_seeds`)."""
+        (:func:`~secemb.protocols.secemb.checks.query_seed_rows`), each seed a row of uint8 (n, 16)."""
         cfg = self._cfg()
         checks = cast("list[_Sketch]", [a.check for a in absorbed])
         x = server_inputs_many([c.values for c in checks], self.party)
-        return x, [c.seed for c in checks], query_seeds(self._secret, cfg.round_id, users)
+        seeds = _rows([c.seed for c in checks], SKETCH_SEED_BYTES)
+        return x, seeds, query_seed_rows(self._secret, cfg.round_id, users)
 
     def verify_answer(self, users: list[int]) -> bytes:
         """Server 1, verified uploads: its sketch check's answer for uploaded ``users`` (sent to
@@ -1035,11 +1040,13 @@ class SecEmbServer(ServerRole):
         absorbed = self._uploaded_checks(users)
         x, seeds, queries = self._sketch_inputs(users, absorbed)
         sent = [self._sigmas.get(u, b"") for u in users]
-        has = [len(s) == SIGMA_BYTES for s in sent]
-        sigmas = [s if ok else bytes(SIGMA_BYTES) for s, ok in zip(sent, has, strict=True)]  # refused below
-        taus = bindings(cfg.round_id, seeds, sigmas)
-        bound = np.array([ok and a.sketch is not None and hmac.compare_digest(a.sketch, t)
-                          for ok, a, t in zip(has, absorbed, taus, strict=True)], bool)
+        told = [a.sketch or b"" for a in absorbed]
+        has = [len(s) == SIGMA_BYTES and len(t) == BIND_BYTES for s, t in zip(sent, told, strict=True)]
+        sigmas = _rows([s if len(s) == SIGMA_BYTES else bytes(SIGMA_BYTES) for s in sent], SIGMA_BYTES)  # refused below
+        taus = _rows([t if len(t) == BIND_BYTES else bytes(BIND_BYTES) for t in told], BIND_BYTES)
+        # bound: a sigma and a tau sent, and the tau this server's binding (every byte compared, no early exit)
+        differ = np.bitwise_or.reduce(taus ^ binding_rows(cfg.round_id, seeds, sigmas), axis=1)
+        bound = np.array(has, bool) & (differ == 0)
         params = sketch_params(cfg)
         messages = sketchproof.verifier_messages(params, x, sketchproof.server1_shares(params, sigmas), seeds, queries)
         return sketchproof.encode_verifier_messages(params, messages, ~bound)
