@@ -51,6 +51,7 @@ import os
 import struct
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -459,23 +460,31 @@ def test_expand_round_keys_are_the_schedules_of_the_keys(n: int, mp: int, monkey
 # --- server 0's proof batch: every header equal, one body not --------------------------------------------------------
 
 
+def _uploaded_round(n: int, *, prove: bool) -> tuple[Any, list[int]]:
+    """A bounded cuckoo round with relay (tests/protocols/test_bounded_payloads.py's ``Round``) whose
+    devices ``0..n-1`` retrieved and uploaded honestly (and, with ``prove``, sent their proofs)."""
+    sys.path[:0] = [os.path.join(os.path.dirname(__file__), "..", d) for d in ("protocols", "")]
+    from test_bounded_payloads import Round
+
+    rnd, users = Round("cuckoo", True), list(range(n))
+    for u in users:
+        rnd.retrieve(u)
+        rnd.upload(u, *rnd.honest_upload(u))
+        if prove:
+            rnd.prove(u)
+    return rnd, users
+
+
 @pytest.mark.parametrize("place", [0, 2, 4])
 def test_proof_batch_with_equal_headers_and_one_bent_body(place: int) -> None:
     """Five proofs with one header; one body holds an element at ``p`` (its header still equal to the
     others'): that item alone refused as InvalidMessage, nothing kept of it, the others' bodies kept
     byte for byte; the refused device's honest proof is taken afterwards (nothing of the refusal
     stayed), and a third proof of a kept device is refused without touching what was kept."""
-    sys.path[:0] = [os.path.join(os.path.dirname(__file__), "..", d) for d in ("protocols", "")]
-    from test_bounded_payloads import Round
-
     from secemb.errors import InvalidMessage, ProtocolError
     from secemb.framing import HEADER_BYTES
 
-    rnd = Round("cuckoo", True)
-    users = list(range(5))
-    for u in users:
-        rnd.retrieve(u)
-        rnd.upload(u, *rnd.honest_upload(u))
+    rnd, users = _uploaded_round(5, prove=False)
     proofs = [rnd.users[u].bound_proof(rnd.s0.challenge(u)) for u in users]
     at = HEADER_BYTES + R.SEED_BYTES + R.PART_BYTES + 8 * place
     bent = proofs[place][:at] + F.P.to_bytes(8, "little") + proofs[place][at + 8 :]
@@ -496,20 +505,12 @@ def test_bound_answer_names_the_first_fault_in_the_requests_order() -> None:
     users are not uploaded, answered before or listed twice, in several orders, each refused naming
     the first fault in the request's order as the per-user loop did, nothing answered or marked; the
     same users' honest request is answered after them."""
-    sys.path[:0] = [os.path.join(os.path.dirname(__file__), "..", d) for d in ("protocols", "")]
-    from test_bounded_payloads import Round
-
     from secemb.errors import InvalidMessage, ProtocolError
     from secemb.framing import HEADER_BYTES
     from secemb.protocols.secemb.server import NAME, QUERY_BYTES
     from secemb.protocols.wire import frame
 
-    rnd = Round("cuckoo", True)
-    users = list(range(6))
-    for u in users:
-        rnd.retrieve(u)
-        rnd.upload(u, *rnd.honest_upload(u))
-        rnd.prove(u)
+    rnd, users = _uploaded_round(6, prove=True)
     body = rnd.s0.bound_request(users)[HEADER_BYTES:]
     query, table = body[:QUERY_BYTES], body[QUERY_BYTES:]
     entry = len(table) // len(users)
