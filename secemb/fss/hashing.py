@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Sequence
 from functools import cache
 from types import ModuleType
 
@@ -18,7 +19,7 @@ import numpy as np
 from secemb.errors import InvalidParameters
 from secemb.fss import kernels
 
-__all__ = ["hmac_sha256_many", "row_bytes", "sha256_many", "shake128_many"]
+__all__ = ["bytes_rows", "hmac_sha256_many", "row_bytes", "sha256_many", "shake128_many"]
 
 
 @cache
@@ -116,6 +117,12 @@ def shake128_many(prefix: bytes, rows: np.ndarray, nbytes: int) -> np.ndarray:
         return np.ascontiguousarray(_keccak().shake128_rows(prefix, np.ascontiguousarray(rows), nbytes))
     data = b"".join(hashlib.shake_128(prefix + row.tobytes()).digest(nbytes) for row in rows)
     return np.frombuffer(data, np.uint8).reshape(len(rows), nbytes).copy()
+
+
+def bytes_rows(values: Sequence[bytes], size: int) -> np.ndarray:
+    """``n`` byte strings of ``size`` bytes each (as the caller checked) as the rows of uint8 (n, size),
+    read-only, one join: the inverse of :func:`row_bytes`."""
+    return np.frombuffer(b"".join(values), np.uint8).reshape(len(values), size)
 
 
 def row_bytes(rows: np.ndarray, width: int | None = None) -> list[bytes]:

@@ -60,3 +60,18 @@ def test_hmac_rows_read_strided_rows_by_value(path: str) -> None:
 def test_hmac_rows_refuse_other_arrays(path: str, keys: np.ndarray, tails: np.ndarray) -> None:
     with pytest.raises(InvalidParameters):
         hashing.hmac_sha256_many(keys, b"", tails)
+
+
+def test_bytes_rows_is_the_inverse_of_row_bytes() -> None:
+    """``hashing.bytes_rows``: byte strings of one size as the rows of uint8 (n, size), row ``i`` byte
+    ``j`` the ``j``-th byte of string ``i``; ``row_bytes`` of them gives the strings back; no strings:
+    shape (0, size)."""
+    from secemb.fss.hashing import bytes_rows, row_bytes
+
+    values = [bytes([i, 255 - i, 7, i ^ 0x5A]) for i in range(5)]
+    rows = bytes_rows(values, 4)
+    assert rows.dtype == np.uint8 and rows.shape == (5, 4)
+    for i, v in enumerate(values):
+        assert [int(x) for x in rows[i]] == list(v)
+    assert row_bytes(rows) == values
+    assert bytes_rows([], 16).shape == (0, 16)

@@ -23,7 +23,7 @@ from typing import Literal
 import numpy as np
 
 from secemb.errors import InvalidParameters
-from secemb.fss.hashing import hmac_sha256_many, row_bytes, sha256_many
+from secemb.fss.hashing import bytes_rows, hmac_sha256_many, row_bytes, sha256_many
 from secemb.fss.sketch import SKETCH_SEED_BYTES
 from secemb.protocols.secemb.sizes import MAC_KEY_BYTES, SEED_TAG_BYTES, TAG_BYTES, U64
 
@@ -107,7 +107,7 @@ def round_secret(sketch_key: bytes, round_id: int) -> bytes:
     return hmac.digest(sketch_key, b"secemb-sketch-round" + U64.pack(round_id), "sha256")
 
 
-def _hmac_rows(key: bytes, head: bytes, tails: np.ndarray) -> np.ndarray:
+def _seed_hmacs(key: bytes, head: bytes, tails: np.ndarray) -> np.ndarray:
     """``HMAC-SHA256(key, head || tails[i])[:16]`` of every row of ``tails`` (uint8 (n, L)), as the
     rows of uint8 (n, 16), C-contiguous: one :func:`~secemb.fss.hashing.hmac_sha256_many` batch under
     the one key (the same bytes as :func:`hmac.digest`; with the SHA-NI kernel one compiled call, not
@@ -117,8 +117,8 @@ def _hmac_rows(key: bytes, head: bytes, tails: np.ndarray) -> np.ndarray:
 
 
 def _hmac_many(key: bytes, head: bytes, tails: np.ndarray) -> list[bytes]:
-    """:func:`_hmac_rows` as ``n`` 16-byte ``bytes``."""
-    return row_bytes(_hmac_rows(key, head, tails))
+    """:func:`_seed_hmacs` as ``n`` 16-byte ``bytes``."""
+    return row_bytes(_seed_hmacs(key, head, tails))
 
 
 def _user_tails(users: list[int], digests: list[bytes] | None = None) -> np.ndarray:
@@ -151,9 +151,9 @@ def sketch_halves(s_round: bytes, round_id: int, users: list[int], digests: list
 
 def sketch_half_rows(s_round: bytes, round_id: int, users: list[int], digests: list[bytes]) -> np.ndarray:
     """:func:`sketch_halves` as uint8 (2, n, 16): ``[b, i]`` the half ``c_b`` of user ``users[i]``
-    (a server XORs the two for ``c_u`` as arrays); one batch a half (:func:`_hmac_rows`)."""
+    (a server XORs the two for ``c_u`` as arrays); one batch a half (:func:`_seed_hmacs`)."""
     tails = _user_tails(users, digests)
-    return np.stack([_hmac_rows(s_round, b"secemb-sketch-half" + bytes([b]) + U64.pack(round_id), tails)
+    return np.stack([_seed_hmacs(s_round, b"secemb-sketch-half" + bytes([b]) + U64.pack(round_id), tails)
                      for b in (0, 1)])
 
 
@@ -192,7 +192,7 @@ def relay_subkeys(keys: Sequence[bytes], use: Literal["upload-gmac", "seed-tag"]
         raise InvalidParameters(f"a one-time relay key is {MAC_KEY_BYTES} bytes, got {[len(k) for k in keys]}")
     if use not in _SUBKEY_BYTES:
         raise InvalidParameters(f"a relay sub-key's use is one of {sorted(_SUBKEY_BYTES)}, got {use!r}")
-    rows = np.frombuffer(b"".join(keys), np.uint8).reshape(len(keys), MAC_KEY_BYTES)
+    rows = bytes_rows(keys, MAC_KEY_BYTES)
     return hmac_sha256_many(rows, b"secemb-relay-subkey-" + use.encode(), rows[:, :0])[:, : _SUBKEY_BYTES[use]]
 
 
@@ -231,7 +231,7 @@ def seed_tags(keys: Sequence[bytes], round_id: int, seeds: Sequence[bytes]) -> l
     if not seeds:
         return []
     subkeys = relay_subkeys(keys, "seed-tag")
-    tails = np.frombuffer(b"".join(seeds), np.uint8).reshape(len(seeds), SKETCH_SEED_BYTES)
+    tails = bytes_rows(seeds, SKETCH_SEED_BYTES)
     return row_bytes(hmac_sha256_many(subkeys, b"secemb-sketch-seed-tag" + U64.pack(round_id), tails),
                      SEED_TAG_BYTES)
 
@@ -285,8 +285,8 @@ def query_seeds(s_round: bytes, round_id: int, users: list[int]) -> list[bytes]:
 
 def query_seed_rows(s_round: bytes, round_id: int, users: list[int]) -> np.ndarray:
     """:func:`query_seeds` as the rows of uint8 (n, 16) (what the sketch verifier takes,
-    :func:`~secemb.fss.sketchproof.verifier_messages`): one batch (:func:`_hmac_rows`)."""
-    return _hmac_rows(s_round, b"secemb-sketch-query" + U64.pack(round_id), _user_tails(users))
+    :func:`~secemb.fss.sketchproof.verifier_messages`): one batch (:func:`_seed_hmacs`)."""
+    return _seed_hmacs(s_round, b"secemb-sketch-query" + U64.pack(round_id), _user_tails(users))
 
 
 def binding(round_id: int, seed: bytes, sigma: bytes) -> bytes:
@@ -308,9 +308,7 @@ def bindings(round_id: int, seeds: list[bytes], sigmas: list[bytes]) -> list[byt
     """
     if len(seeds) != len(sigmas) or any(len(v) != SKETCH_SEED_BYTES for v in (*seeds, *sigmas)):
         raise InvalidParameters("bindings: a 16-byte sketch seed and sigma a device")
-    seed_rows, sigma_rows = (np.frombuffer(b"".join(v), np.uint8).reshape(len(v), SKETCH_SEED_BYTES)
-                             for v in (seeds, sigmas))
-    return row_bytes(binding_rows(round_id, seed_rows, sigma_rows))
+    return row_bytes(binding_rows(round_id, *(bytes_rows(v, SKETCH_SEED_BYTES) for v in (seeds, sigmas))))
 
 
 def binding_rows(round_id: int, seeds: np.ndarray, sigmas: np.ndarray) -> np.ndarray:

@@ -19,7 +19,7 @@ from secemb import fss
 from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError, SecembError
 from secemb.fss import rangeproof, sketchproof
 from secemb.fss.field import batch_nbytes
-from secemb.fss.hashing import row_bytes
+from secemb.fss.hashing import bytes_rows, row_bytes
 from secemb.fss.sketch import SKETCH_SEED_BYTES, Expanded, expand, server_inputs_many
 from secemb.fss.fused import PayloadSums, PreparedAggregation
 from secemb.fss.tasks import (
@@ -201,11 +201,6 @@ def stacked(bodies: list[memoryview], rows: np.ndarray) -> np.ndarray:
     for j, body in enumerate(bodies):
         rows[j] = body
     return rows
-
-
-def _rows(values: list[bytes], size: int) -> np.ndarray:
-    """``values`` (``size`` bytes each, as the caller checked) as the rows of uint8 (n, size)."""
-    return np.frombuffer(b"".join(values), np.uint8).reshape(len(values), size)
 
 
 @dataclass(frozen=True)
@@ -1013,7 +1008,7 @@ class SecEmbServer(ServerRole):
         cfg = self._cfg()
         checks = cast("list[_Sketch]", [a.check for a in absorbed])
         x = server_inputs_many([c.values for c in checks], self.party)
-        seeds = _rows([c.seed for c in checks], SKETCH_SEED_BYTES)
+        seeds = bytes_rows([c.seed for c in checks], SKETCH_SEED_BYTES)
         return x, seeds, query_seed_rows(self._secret, cfg.round_id, users)
 
     def verify_answer(self, users: list[int]) -> bytes:
@@ -1042,8 +1037,9 @@ class SecEmbServer(ServerRole):
         sent = [self._sigmas.get(u, b"") for u in users]
         told = [a.sketch or b"" for a in absorbed]
         has = [len(s) == SIGMA_BYTES and len(t) == BIND_BYTES for s, t in zip(sent, told, strict=True)]
-        sigmas = _rows([s if len(s) == SIGMA_BYTES else bytes(SIGMA_BYTES) for s in sent], SIGMA_BYTES)  # refused below
-        taus = _rows([t if len(t) == BIND_BYTES else bytes(BIND_BYTES) for t in told], BIND_BYTES)
+        # a missing sigma or tau as zeros: refused below
+        sigmas = bytes_rows([s if len(s) == SIGMA_BYTES else bytes(SIGMA_BYTES) for s in sent], SIGMA_BYTES)
+        taus = bytes_rows([t if len(t) == BIND_BYTES else bytes(BIND_BYTES) for t in told], BIND_BYTES)
         # bound: a sigma and a tau sent, and the tau this server's binding (every byte compared, no early exit)
         differ = np.bitwise_or.reduce(taus ^ binding_rows(cfg.round_id, seeds, sigmas), axis=1)
         bound = np.array(has, bool) & (differ == 0)
@@ -1320,7 +1316,7 @@ class SecEmbServer(ServerRole):
         challenges = row_bytes(table[:, 8:hint_at])
         sigmas = [self._sigmas[u] for u in users]  # SIGMA_BYTES each, as the requests carried them
         msgs = np.empty((count, SIGMA_BYTES + rangeproof.PART_BYTES), np.uint8)  # each one's sigma || part_0
-        msgs[:, :SIGMA_BYTES] = np.frombuffer(b"".join(sigmas), np.uint8).reshape(count, SIGMA_BYTES)
+        msgs[:, :SIGMA_BYTES] = bytes_rows(sigmas, SIGMA_BYTES)
         msgs[:, SIGMA_BYTES:] = table[:, hint_at : hint_at + rangeproof.PART_BYTES]
         shares = rangeproof.parse(params, 1, msgs)  # the batch's messages as one array
         contexts = self._bound_contexts(users, challenges)
