@@ -89,7 +89,16 @@ def _counter_blocks(blocks: int) -> bytes:
 
 
 def _streams(keys: Sequence[bytes], nbytes: int) -> np.ndarray:
-    """uint8 (len(keys), nbytes): the AES-128-CTR stream under each row key (module docstring)."""
+    """uint8 (len(keys), nbytes): the AES-128-CTR stream under each row key (module docstring): with
+    the compiled kernels by AES-NI in one call (:func:`secemb.fss._projection_kernels.ctr_streams`, rows
+    padded to whole passes), else by OpenSSL, one ECB call a key over the counter blocks; the same bytes
+    (``tests/fss/test_s35_projection_streams.py``)."""
+    if kernels.compiled():
+        from secemb.fss._projection_kernels import CTR_BYTES, ctr_streams
+
+        padded = np.empty((len(keys), -(-nbytes // CTR_BYTES) * CTR_BYTES), np.uint8)
+        ctr_streams(np.frombuffer(b"".join(keys), np.uint8).reshape(len(keys), 16), padded)
+        return padded[:, :nbytes]
     blocks = -(-nbytes // 16)
     src = _counter_blocks(blocks)
     # update_into wants room for one block beyond its input
@@ -246,9 +255,12 @@ def _chunks(seeds: Sequence[bytes] | np.ndarray, n: int, rows: int,
     streams uint8 (s, rows * ceil(length / 4)) (:func:`_streams`, each seed expanded once), its
     devices intp (c,) and the index of each one's stream in ``stream`` intp (c,)."""
     keys, which = _seed_indices(seeds, n)
+    nbytes = _stream_bytes(rows, length)
+    if len(keys) == 1:  # one seed (a cuckoo batch's challenge): one chunk of every device, in order
+        yield _streams(keys, nbytes), np.arange(n), which
+        return
     order = np.argsort(which, kind="stable")  # the devices grouped by seed
     starts = np.searchsorted(which[order], np.arange(len(keys) + 1))  # seed s's devices: order[starts[s]:starts[s+1]]
-    nbytes = _stream_bytes(rows, length)
     chunk = max(1, _TEMP_ENTRIES // max(1, rows * length))
     for lo in range(0, len(keys), chunk):
         hi = min(len(keys), lo + chunk)
@@ -381,18 +393,17 @@ def project_affine(seeds: Sequence[bytes] | np.ndarray, negate: bool, parts: Seq
                 np.negative(sparse, out=sparse)
             x[d, base.size :] = tail
         return project_each(seeds, x, rows)
-    from secemb.fss._projection_kernels import Products, affine_vector
+    from secemb.fss._projection_kernels import Products
 
     acc, products = np.empty((n, rows), dtype), Products(dtype, rows, length)
-    xs, tile = np.empty((products.group, length), dtype), np.arange(products.group)
+    xs, group, negate = np.empty((products.group, length), dtype), products.group, bool(negate)
     for stream, devices, which in _chunks(seeds, n, rows, length):
         for s in range(stream.shape[0]):
             products.expand(stream, s)
             some = devices[which == s]
-            for lo in range(0, some.size, products.group):
-                to = some[lo : lo + products.group]
-                for k, d in enumerate(to.tolist()):
-                    base, count, words, tail = parts[d]
-                    affine_vector(base, count, words, bool(negate), tail, xs[k])
-                products.project(xs, tile[: to.size], acc, to)
+            for lo in range(0, some.size, group):
+                to = some[lo : lo + group]
+                pick = to.tolist()
+                pick += pick[-1:] * (group - len(pick))  # a short pass repeats its last device (not read)
+                products.project_parts(tuple(map(parts.__getitem__, pick)), negate, xs, acc, to)
     return acc
