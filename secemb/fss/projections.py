@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import operator
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -326,7 +327,12 @@ AffinePart = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 def _affine_checked(parts: Sequence[AffinePart]) -> tuple[np.dtype, int]:
-    """The ring dtype and the length ``L = S w + P`` of :func:`project_affine`'s ``parts``, validated."""
+    """The ring dtype and the length ``L = S w + P`` of :func:`project_affine`'s ``parts``, validated: by
+    C-level maps over the parts' arrays where every part is a tuple of four ``numpy.ndarray`` (a server's
+    batch), else (or where those find a fault, to name it) one part at a time."""
+    fast = _affine_uniform(parts)
+    if fast is not None:
+        return fast
     for got in parts:  # four isinstance calls, not a generator a part: this runs for every device of a check
         if not (isinstance(got, tuple) and len(got) == 4 and isinstance(got[0], np.ndarray)
                 and isinstance(got[1], np.ndarray) and isinstance(got[2], np.ndarray)
@@ -347,6 +353,28 @@ def _affine_checked(parts: Sequence[AffinePart]) -> tuple[np.dtype, int]:
                                     f"{count.dtype} {count.shape}, {words.dtype} {words.shape}, {tail.dtype} "
                                     f"{tail.shape}")
     return dtype, shape[0] * shape[1] + size[0]
+
+
+def _affine_uniform(parts: Sequence[AffinePart]) -> tuple[np.dtype, int] | None:
+    """:func:`_affine_checked`'s answer where every part is a tuple of four exact ``numpy.ndarray`` of
+    the first part's dtype (uint32 or uint64) and shapes (base and words 2-D, count 1-D integer of
+    their rows, tail 1-D), checked by a few C-level maps over all of them; else ``None``."""
+    if not parts or set(map(type, parts)) != {tuple} or set(map(len, parts)) != {4}:
+        return None
+    bases, counts, words, tails = zip(*parts, strict=True)
+    arrays = (*bases, *words, *tails)
+    if set(map(type, arrays)) != {np.ndarray} or set(map(type, counts)) != {np.ndarray}:
+        return None
+    dtype, shape, size = bases[0].dtype, bases[0].shape, tails[0].shape
+    if (dtype not in (np.uint32, np.uint64) or len(shape) != 2 or len(size) != 1
+            or set(map(_DTYPE, arrays)) != {dtype} or {d.kind for d in set(map(_DTYPE, counts))} - {"u", "i"}
+            or set(map(_SHAPE, bases + words)) != {shape} or set(map(_SHAPE, counts)) != {shape[:1]}
+            or set(map(_SHAPE, tails)) != {size}):
+        return None
+    return dtype, shape[0] * shape[1] + size[0]
+
+
+_DTYPE, _SHAPE = operator.attrgetter("dtype"), operator.attrgetter("shape")
 
 
 def project_affine(seeds: Sequence[bytes] | np.ndarray, negate: bool, parts: Sequence[AffinePart],
@@ -399,11 +427,17 @@ def project_affine(seeds: Sequence[bytes] | np.ndarray, negate: bool, parts: Seq
     xs, group, negate = np.empty((products.group, length), dtype), products.group, bool(negate)
     for stream, devices, which in _chunks(seeds, n, rows, length):
         for s in range(stream.shape[0]):
-            products.expand(stream, s)
+            # the seed's passes made before its kernels run (their memory traffic leaves Python's caches cold)
             some = devices[which == s]
-            for lo in range(0, some.size, group):
-                to = some[lo : lo + group]
-                pick = to.tolist()
-                pick += pick[-1:] * (group - len(pick))  # a short pass repeats its last device (not read)
-                products.project_parts(tuple(map(parts.__getitem__, pick)), negate, xs, acc, to)
+            passes = [_pass(parts, some[lo : lo + group], group) for lo in range(0, some.size, group)]
+            products.expand(stream, s)
+            for got, to in passes:
+                products.project_parts(got, negate, xs, acc, to)
     return acc
+
+
+def _pass(parts: Sequence[AffinePart], to: np.ndarray, group: int) -> tuple[tuple[AffinePart, ...], np.ndarray]:
+    """A pass of :func:`project_affine`'s compiled products: the parts of its devices ``to`` (intp, at most
+    ``group``) as a tuple of ``group`` (a short pass repeats its last device, which is not read) and ``to``."""
+    pick = to.tolist()
+    return tuple(map(parts.__getitem__, pick + pick[-1:] * (group - len(pick)))), to

@@ -131,3 +131,31 @@ def test_no_rows_no_tail_and_no_length(dtype: type, monkeypatch: pytest.MonkeyPa
     assert np.array_equal(project_affine([seed] * 2, False, empty, 3), np.zeros((2, 3), dtype))
     formed = np.zeros((2, 0), dtype)
     assert np.array_equal(project_each([seed] * 2, formed, 3), np.zeros((2, 3), dtype))
+
+
+class _Marked(np.ndarray):
+    """An ndarray subclass: parts of it take the part-by-part checks, not the batch's maps."""
+
+
+@pytest.mark.parametrize("dtype", [np.uint32, np.uint64])
+def test_parts_checked_by_maps_as_one_at_a_time(dtype: type) -> None:
+    parts = _mixed_parts(5, 3, 4, 2, dtype)
+    assert projections._affine_uniform(parts) == (np.dtype(dtype), 3 * 4 + 2)
+    assert projections._affine_checked(parts) == (np.dtype(dtype), 3 * 4 + 2)
+    marked = [(p[0].view(_Marked), *p[1:]) for p in parts]
+    assert projections._affine_uniform(marked) is None  # not exact ndarrays: checked one part at a time
+    assert projections._affine_checked(marked) == (np.dtype(dtype), 3 * 4 + 2)
+    seed = os.urandom(16)
+    assert np.array_equal(project_affine([seed] * 5, False, marked, 3), project_affine([seed] * 5, False, parts, 3))
+    faults = [
+        [*parts[:4], (parts[4][0], parts[4][1].astype(np.float64), parts[4][2], parts[4][3])],  # a float count
+        [*parts[:4], (parts[4][0], parts[4][1], parts[4][2].astype(np.int64), parts[4][3])],  # words of another dtype
+        [*parts[:4], (parts[4][0][:2], parts[4][1], parts[4][2], parts[4][3])],  # a base of other rows
+        [*parts[:4], (parts[4][0], parts[4][1][:2], parts[4][2], parts[4][3])],  # a count of other rows
+        [*parts[:4], (parts[4][0], parts[4][1], parts[4][2], parts[4][3][:1])],  # a shorter tail
+        [*parts[:4], list(parts[4])],  # a list, not a tuple
+    ]
+    for bad in faults:
+        assert projections._affine_uniform(bad) is None
+        with pytest.raises(projections.InvalidParameters):
+            project_affine([seed] * 5, False, bad, 3)
