@@ -65,6 +65,17 @@ of the bench's flow, 1.03-1.06 alone); four blocks of planes a shuffle in :func:
 group's warm vectors); each thread keeping its :class:`Products` between calls (1.00x in the flow, where
 ``keeping_round_heap`` already spares the page faults).  What is left is bound by this machine's AMX issue rate
 and by the parts' 2.6 MB read from L3 (about 10 GB/s here).
+
+Session 35 (helper B): the row stream by AES-NI (:func:`ctr_streams`), a pass of devices formed and projected in
+one compiled call (:func:`affine_tile_products`, :func:`affine_vectors`: ``literal_unroll`` over the pass's
+parts, which may differ in layout) and the Python steps of a call made before its first kernel.  Python that
+runs after a call's passes runs from cold caches: alone (a ``/tmp`` script, thread CPU, load 8) the range
+proof's query draw took 16 us repeated, 65 after a 20-device projection, 151 after a pass over 32 MB; in the
+bench's flow a server's verifier messages took 400 us right after its projections and 260 when computed again
+at once.  So the bound check's servers prepare their verifier before projecting
+(:func:`secemb.fss.rangeproof.prepare_verifier`).  Measured alone, the tile products of a call's five passes
+took 433 us with the parts streamed just before and 330 run again at once (load 9): the passes' memory traffic
+evicts part of the expanded rows from L2 too, a cost left here.
 """
 
 from __future__ import annotations
@@ -141,9 +152,10 @@ def ctr_streams(keys: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover 
     stream of :mod:`secemb.fss.projections` (which :func:`secemb.fss.projections._streams` asks OpenSSL for
     without the kernels).  The key schedule by ``aeskeygenassist``, :data:`CTR_BYTES` bytes a pass
     (:func:`~secemb.fss._aesni.aes_ctr`), no counter blocks read from memory; the blocks are stored by
-    address, so the shapes are checked first.  In the bench's flow (session 35, helper B, load 6) a
-    server's stream of 40 rows of 16,251 entries took 35 us of thread CPU against 85 for OpenSSL's ECB
-    and its ``Cipher`` objects."""
+    address, so the shapes are checked first.  In the bench's flow (session 35, helper B, one run, rounds
+    alternating, load 6) a server's :func:`~secemb.fss.projections.project_affine` of 20 devices took
+    891 us of thread CPU (median) with this stream and no grouping of one seed's devices against 1031 with
+    OpenSSL's ECB (whose ``Cipher`` objects alone took about 43 us a call there) and the grouping."""
     if (keys.shape[0] != out.shape[0] or keys.shape[1] != 16 or out.shape[1] % CTR_BYTES
             or (out.size and (keys.strides[1] != 1 or out.strides[1] != 1))):
         raise ValueError("ctr_streams: keys must be uint8 (k, 16) and out uint8 (k, a multiple of CTR_BYTES), "
