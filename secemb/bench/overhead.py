@@ -79,7 +79,7 @@ _DPF_AES_PREFIXES = ("tree/", "convert/")
 #: the secure path's cryptography that is no DPF kernel: category -> the (module, attribute) of the
 #: project functions that do nothing but it ("Class.method" for a method)
 OTHER_CRYPTO: dict[str, tuple[tuple[str, str], ...]] = {
-    "upload mac": (("secemb.protocols.secemb.relay", "upload_mac"),),
+    "upload mac": (("secemb.protocols.secemb.relay", "upload_mac"), ("secemb.protocols.secemb.relay", "upload_macs")),
     "sha256 digests": (("secemb.protocols.secemb.checks", "key_digests"), ("secemb.protocols.secemb.relay", "_digests"),
                        ("secemb.protocols.secemb.server", "SecEmbServer.upload_digests")),
     "row tags": (("secemb.fss.hashing", "sha256_many"),),
