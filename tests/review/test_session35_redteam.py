@@ -28,7 +28,8 @@ wide group's output taken from lane 0; M2 one round constant of ``_compress_wide
 bit; M3 ``ctr_streams``' counter of each pass ``j ^ 1``; M4 ``ctr_streams`` without its width check;
 M5 ``_affine_uniform`` without its count-dtype check; M6 ``affine_vectors`` negating only a pass's first
 device; M7 ``_streams`` returning the padded rows' end, not their start; M8 ``_sha_rows_wide``'s short
-group reading past its last row instead of repeating it (the guard page).
+group reading past its last row instead of repeating it (the guard page); M9 ``upload_macs`` pairing
+the sub-keys reversed.
 """
 
 from __future__ import annotations
@@ -489,3 +490,50 @@ def _run(attack: str | None) -> list:
 def test_a_bounded_cuckoo_round_with_attackers_is_c6d12e8s(attack: str) -> None:
     """The same model bit for bit and the same devices rejected (device 1 takes part in round 5)."""
     assert _run(None if attack == "None" else attack) == C6D12E8_RUNS[attack]
+
+
+# --- helper G: relay.upload_macs (landed 16:40) ---------------------------------------------------------------
+
+
+def _upload_tag(key: bytes | bytearray | memoryview, round_id: int, words: bytes) -> bytes:
+    """``upload_mac``'s docstring by hand: HMAC sub-key, then AES-128-GCM's tag of the associated data."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    subkey = hmac.digest(bytes(key), b"secemb-relay-subkey-upload-gmac", "sha256")[:16]
+    return AESGCM(subkey).encrypt(bytes(12), b"", b"secemb-relay-upload-gmac" + round_id.to_bytes(8, "little")
+                                  + words)
+
+
+@pytest.mark.parametrize("n", [0, 1, 8, 9, 16, 17, 33])
+def test_upload_macs_are_the_tags_by_hand(n: int) -> None:
+    from secemb.protocols.secemb.relay import MAC_KEY_BYTES, upload_macs
+
+    keys: list = [_bytes(MAC_KEY_BYTES) for _ in range(n)]
+    keys[1::3] = map(bytearray, keys[1::3])  # a careless caller's key types
+    keys[2::3] = map(memoryview, keys[2::3])
+    words = [_bytes(d * 7) for d in range(n)]
+    shapes = [w if d % 3 == 0 else memoryview(b"?" + w)[1:] if d % 3 == 1 else (w[:3], memoryview(w[3:]))
+              for d, w in enumerate(words)]
+    for round_id in (0, 2**64 - 1):
+        want = [_upload_tag(k, round_id, w) for k, w in zip(keys, words, strict=True)]
+        assert upload_macs(keys, round_id, shapes) == want
+
+
+@pytest.mark.parametrize("bad", ["short", "long", "str", "count"])
+@pytest.mark.parametrize("at", [0, 8, 16])
+def test_upload_macs_refuse_what_upload_mac_refuses(bad: str, at: int) -> None:
+    from secemb.protocols.secemb.relay import MAC_KEY_BYTES, upload_mac, upload_macs
+
+    keys: list = [_bytes(MAC_KEY_BYTES) for _ in range(17)]
+    words = [b"w"] * 17
+    if bad == "count":
+        words = words[:-1]
+    else:
+        keys[at] = {"short": keys[at][:-1], "long": keys[at] + b"x", "str": "k" * MAC_KEY_BYTES}[bad]
+    # upload_mac (the per-key path, unchanged since c6d12e8) raises TypeError for a str key, as c6d12e8 did
+    error = TypeError if bad == "str" else InvalidParameters
+    if bad != "count":
+        with pytest.raises(error):
+            upload_mac(keys[at], 1, b"w")
+    with pytest.raises(error):
+        upload_macs(keys, 1, words)
