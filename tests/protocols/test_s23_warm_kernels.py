@@ -24,14 +24,15 @@ from secemb.fss import kernels
 _RUN = """
 import json
 import secemb.fss._numba_kernels as k
-from secemb.fss import _scatter_kernels, _shani
+from secemb.fss import _scatter_kernels, _shani, _sketch_seed_kernels
 from secemb.protocols.backends import warm_kernels
 from secemb.training import Experiment, run_experiment
 
 warm_kernels()
 found = {**{"kernels." + n: d for n, d in vars(k).items() if hasattr(d, "signatures")},
          **{"shani." + n: d for n, d in vars(_shani).items() if hasattr(d, "signatures")},
-         **{"scatter." + n: d for n, d in vars(_scatter_kernels).items() if hasattr(d, "signatures")}}
+         **{"scatter." + n: d for n, d in vars(_scatter_kernels).items() if hasattr(d, "signatures")},
+         **{"seed." + n: d for n, d in vars(_sketch_seed_kernels).items() if hasattr(d, "signatures")}}
 before = {n: len(d.signatures) for n, d in found.items()}
 run_experiment(Experiment(dataset="synthetic-mini", protocol="secemb", epochs=1))
 added = {n: len(d.signatures) - before[n] for n, d in found.items() if len(d.signatures) != before[n]}

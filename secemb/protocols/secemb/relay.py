@@ -423,9 +423,9 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
         where = [i for i in where if i not in failed]
         digests = [q.digest for q in requests]
         sketch = self._sketch_seeds(users, digests)
-        seeds = None if sketch is None else sketch[0]
+        seeds, expanded = (None, None) if sketch is None else (sketch[0], sketch[2])
         challenges = self._bound_challenges(users, digests)
-        evaluated = self._evaluate_requests(requests, seeds, challenges) if requests else None
+        evaluated = self._evaluate_requests(requests, expanded, challenges) if requests else None
 
         def commit() -> list[bytes | SecembError]:
             if self.config is not cfg:
