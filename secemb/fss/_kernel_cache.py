@@ -36,11 +36,12 @@ from contextlib import contextmanager
 from typing import Any
 
 from numba.core import caching, dispatcher
+from numba.core.compiler_lock import global_compiler_lock
 
 __all__ = ["DEPENDENCIES", "compile_locked", "dependency_stamp"]
 
 #: this package's directory: the kernels whose compilations :func:`compile_locked` serializes lie under it
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 #: the longest wait for another process's compilation of a kernel; past it this process compiles too
 #: (numba's cache tolerates that: it is what happened without the lock)
 LOCK_WAIT_S = 600.0
@@ -147,13 +148,16 @@ def _acquire(fd: int, deadline: float) -> bool:
 def _locking(compile_: Callable[..., Any]) -> Callable[..., Any]:
     """numba's ``Dispatcher.compile`` run under :func:`compile_locked` for this package's cached
     kernels (their code found in the on-disk cache, or compiled and saved there, by one process at
-    a time); other functions' compilations, and signatures this process already compiled, as before."""
+    a time); other functions compile as before.  numba's compiler lock (one compilation at a time in
+    a process, re-entrant) is taken first, so that two threads never hold kernels' locks in opposite
+    orders; between processes a compilation takes the locks of the kernels it calls after its own,
+    down the call graph, which has no cycle."""
 
     @functools.wraps(compile_)
     def compile(self: Any, sig: Any) -> Any:
         if not getattr(self.py_func, "__code__", None) or not self.py_func.__code__.co_filename.startswith(_PACKAGE):
             return compile_(self, sig)
-        with compile_locked(self._cache):
+        with global_compiler_lock, compile_locked(self._cache):
             return compile_(self, sig)
 
     compile.__secemb_locked__ = True  # type: ignore[attr-defined]

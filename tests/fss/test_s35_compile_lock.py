@@ -8,6 +8,7 @@ compiles and saves it, the other waits and loads it from the cache; a holder tha
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -134,21 +135,23 @@ def test_no_cache_or_no_lock_file_runs_the_block_unlocked(tmp_path: Path) -> Non
     assert ran == [1, 2]
 
 
-def test_only_this_packages_kernels_take_the_lock(monkeypatch: pytest.MonkeyPatch) -> None:
-    """numba's ``Dispatcher.compile`` is wrapped once; a function outside the package compiles as before."""
+def test_only_this_packages_kernels_take_the_lock_inside_numbas_compiler_lock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """numba's ``Dispatcher.compile`` is wrapped once; a kernel of the package takes its file lock with
+    numba's compiler lock held (two threads of a process never wait on each other's file locks); a
+    function outside the package compiles as before."""
     from numba.core import dispatcher
+    from numba.core.compiler_lock import global_compiler_lock
 
     assert getattr(dispatcher.Dispatcher.compile, "__secemb_locked__", False)
     taken = []
-    monkeypatch.setattr(_kernel_cache, "compile_locked", lambda cache: taken.append(cache) or _nothing())
+
+    def locked_file(cache: str) -> contextlib.AbstractContextManager[None]:
+        taken.append((cache, global_compiler_lock.is_locked()))
+        return contextlib.nullcontext()
+
+    monkeypatch.setattr(_kernel_cache, "compile_locked", locked_file)
     locked = _kernel_cache._locking(lambda self, sig: sig)
     ours = SimpleNamespace(py_func=kernels.compiled, _cache="ours")
     theirs = SimpleNamespace(py_func=json.dumps, _cache="theirs")
     assert locked(ours, "sig") == "sig" and locked(theirs, "sig") == "sig"
-    assert taken == ["ours"]
-
-
-def _nothing():
-    import contextlib
-
-    return contextlib.nullcontext()
+    assert taken == [("ours", True)]
