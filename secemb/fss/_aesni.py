@@ -28,6 +28,9 @@ Intrinsics (``B`` = :data:`BLOCKS` blocks in flight per call, enough to fill the
 * ``mmo_blocks(rk, src, dst)``: ``dst[i] = AES(src[i]) ^ src[i]`` for ``B`` consecutive blocks.
 * ``mmo_ctr(rk, word, j0, dst)``: ``dst[i] = MMO(word ^ (0, j0 + i))`` for ``i < B``, ``j0`` a
   multiple of ``B`` (the payload conversion's counter blocks of one leaf).
+* ``aes_ctr(rk, j0, dst)``: ``dst[i] = AES(j0 + i)`` for ``i < B``, ``j0 + i`` the 128-bit
+  big-endian counter block (NIST SP 800-38A's CTR keystream; the projections' row stream,
+  :func:`secemb.fss._projection_kernels.ctr_streams`).
 * ``sum_keys(vals, vstride, acc, astride, rows, keys, count, per, vectors, lanes, store, sample)``
   (``sum_keys1`` for one key, ``sum_keys4`` for ``G =`` :data:`KEY_GROUP` keys): the payload
   conversion's both sums over ``vectors`` (``1..``:data:`SUM_VECTORS`) vectors of
@@ -75,7 +78,7 @@ if TYPE_CHECKING:
     from numba.core.typing.templates import Signature
 
 __all__ = ["BLOCKS", "LANES", "round_keys", "expand8", "expand8_rows", "halftree16", "halftree16_rows",
-           "mmo_blocks", "mmo_ctr", "KEY_GROUP", "SUM_BITS", "SUM_VECTORS", "sum_keys1", "sum_keys4", "IFMA",
+           "mmo_blocks", "mmo_ctr", "aes_ctr", "KEY_GROUP", "SUM_BITS", "SUM_VECTORS", "sum_keys1", "sum_keys4", "IFMA",
            "SKETCH_CHUNKS", "sketch_leaves", "sketch_rows", "key_expand"]
 
 #: blocks encrypted per intrinsic call of :func:`mmo_blocks` / :func:`mmo_ctr`
@@ -314,6 +317,29 @@ def mmo_ctr(typingctx, rk, word, j0, dst):  # noqa: ANN001, ANN201
             _store(builder, builder.xor(y, xs[v]), dp, v)
 
     return _sig(4), codegen
+
+
+@intrinsic
+def aes_ctr(typingctx, rk, j0, dst):  # noqa: ANN001, ANN201
+    """``dst[i] = AES(j0 + i)`` for ``i < BLOCKS``: the AES-128 keystream blocks of the 128-bit
+    big-endian counter blocks ``j0 + i`` (``j0 + BLOCKS <= 2^64``: their high 64 bits are 0), CTR
+    mode's (NIST SP 800-38A) from counter block ``j0``, under the schedule ``rk`` (:func:`key_expand`)."""
+
+    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
+        rks = _schedule(builder, args[0])
+        bswap = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I64, [_I64]), "llvm.bswap.i64")
+        xs = []
+        for v in range(BLOCKS // LANES):  # a block's bytes 8..15: its counter, big-endian; bytes 0..7 zero
+            x = ir.Constant(_VEC, None)
+            for lane in range(LANES):
+                j = builder.call(bswap, [builder.add(args[1], _const(v * LANES + lane))])
+                x = builder.insert_element(x, j, ir.Constant(_I32, 2 * lane + 1))
+            xs.append(x)
+        dp = _vptr(builder, args[2])
+        for v, y in enumerate(_encrypt(builder, [(rks, x) for x in xs])):
+            _store(builder, y, dp, v)
+
+    return _sig(3), codegen
 
 
 #: bits of the vectors :func:`sum_keys1` / :func:`sum_keys4` add: 512 where the CPU has AVX-512

@@ -65,6 +65,17 @@ of the bench's flow, 1.03-1.06 alone); four blocks of planes a shuffle in :func:
 group's warm vectors); each thread keeping its :class:`Products` between calls (1.00x in the flow, where
 ``keeping_round_heap`` already spares the page faults).  What is left is bound by this machine's AMX issue rate
 and by the parts' 2.6 MB read from L3 (about 10 GB/s here).
+
+Session 35 (helper B): the row stream by AES-NI (:func:`ctr_streams`), a pass of devices formed and projected in
+one compiled call (:func:`affine_tile_products`, :func:`affine_vectors`: ``literal_unroll`` over the pass's
+parts, which may differ in layout) and the Python steps of a call made before its first kernel.  Python that
+runs after a call's passes runs from cold caches: alone (a ``/tmp`` script, thread CPU, load 8) the range
+proof's query draw took 16 us repeated, 65 after a 20-device projection, 151 after a pass over 32 MB; in the
+bench's flow a server's verifier messages took 400 us right after its projections and 260 when computed again
+at once.  So the bound check's servers prepare their verifier before projecting
+(:func:`secemb.fss.rangeproof.prepare_verifier`).  Measured alone, the tile products of a call's five passes
+took 433 us with the parts streamed just before and 330 run again at once (load 9): the passes' memory traffic
+evicts part of the expanded rows from L2 too, a cost left here.
 """
 
 from __future__ import annotations
@@ -77,9 +88,10 @@ from collections.abc import Callable
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import literal_unroll, njit, types
 from numba.extending import intrinsic, overload
 
+from secemb.fss._aesni import BLOCKS, LANES, aes_ctr, key_expand
 from secemb.fss.kernels import host_cpu_features
 
 
@@ -126,6 +138,34 @@ def expand_rows(stream: np.ndarray, s: int, t: np.ndarray,
         at = i * per_row
         for k in range(per_row):
             words[i, k] = entry_words[stream[s, at + k]]
+
+
+#: bytes of a pass of :func:`ctr_streams`: the :data:`~secemb.fss._aesni.BLOCKS` blocks of one ``aes_ctr``
+CTR_BYTES = 16 * BLOCKS
+
+
+@njit(cache=True, nogil=True)
+def ctr_streams(keys: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
+    """Row ``i`` of ``out`` (uint8 (k, W), ``W`` a multiple of :data:`CTR_BYTES`, each row contiguous) set to
+    the first ``W`` bytes of the AES-128-CTR stream under the key ``keys[i]`` (uint8 (k, 16), each row
+    contiguous) from counter block 0, block ``j`` the encryption of the 128-bit big-endian ``j``: the row
+    stream of :mod:`secemb.fss.projections` (which :func:`secemb.fss.projections._streams` asks OpenSSL for
+    without the kernels).  The key schedule by ``aeskeygenassist``, :data:`CTR_BYTES` bytes a pass
+    (:func:`~secemb.fss._aesni.aes_ctr`), no counter blocks read from memory; the blocks are stored by
+    address, so the shapes are checked first.  In the bench's flow (session 35, helper B, one run, rounds
+    alternating, load 6) a server's :func:`~secemb.fss.projections.project_affine` of 20 devices took
+    891 us of thread CPU (median) with this stream and no grouping of one seed's devices against 1031 with
+    OpenSSL's ECB (whose ``Cipher`` objects alone took about 43 us a call there) and the grouping."""
+    if (keys.shape[0] != out.shape[0] or keys.shape[1] != 16 or out.shape[1] % CTR_BYTES
+            or (out.size and (keys.strides[1] != 1 or out.strides[1] != 1))):
+        raise ValueError("ctr_streams: keys must be uint8 (k, 16) and out uint8 (k, a multiple of CTR_BYTES), "
+                         "each row contiguous")
+    schedule = np.empty((11, 2 * LANES), np.uint64)
+    for i in range(keys.shape[0] if out.size else 0):
+        key_expand(keys.ctypes.data + i * keys.strides[0], schedule.ctypes.data)  # type: ignore[call-arg]  # numba's stub
+        row = out.ctypes.data + i * out.strides[0]
+        for j in range(0, out.shape[1] // 16, BLOCKS):
+            aes_ctr(schedule.ctypes.data, j, row + 16 * j)
 
 
 #: devices a pass of :func:`ternary_products` projects together: each entry is read and widened once for
@@ -277,6 +317,31 @@ def affine_vector(base: np.ndarray, count: np.ndarray, words: np.ndarray, negate
     dense = xs[slots * width :]
     for p in range(tail.shape[0]):
         dense[p] = tail[p]
+
+
+@njit(cache=True, nogil=True)
+def affine_vectors(parts: tuple, real: int, negate: bool, xs: np.ndarray) -> None:  # pragma: no cover - compiled
+    """:func:`affine_vector` of each of the first ``real`` devices of ``parts`` (a tuple of
+    :attr:`Products.group` devices' ``(base, count, words, tail)``, as
+    :func:`~secemb.fss.projections.project_affine` takes them; a short group's tail repeats a device, not
+    read) into row ``k`` of ``xs`` (ring (>= real, S w + P)): one call a pass of the products' devices,
+    not one a device (``literal_unroll``: a device's arrays may differ in layout or writability from
+    another's)."""
+    k = 0
+    for part in literal_unroll(parts):
+        if k < real:
+            affine_vector(part[0], part[1], part[2], negate, part[3], xs[k])
+        k += 1
+
+
+@njit(cache=True, nogil=True)
+def affine_tile_products(parts: tuple, real: int, negate: bool, xs: np.ndarray, t: np.ndarray, rows: int,
+                         out: np.ndarray, to: np.ndarray, planes: np.ndarray, sums: np.ndarray,
+                         config: np.ndarray) -> None:  # pragma: no cover - compiled
+    """:func:`affine_vectors` of a pass's devices into ``xs``, then :func:`tile_products` of them
+    (``out[to[k]] = t xs[k]``, ``k < real``; its arguments' contract): one call a pass."""
+    affine_vectors(parts, real, negate, xs)
+    tile_products(t, rows, xs, np.arange(real), out, to, planes, sums, config)
 
 
 # --- AMX: the products as tile matrix products ---------------------------------------------------------------
@@ -558,6 +623,18 @@ class Products:
             expand_steps(stream, s, self.rows, self.t, ENTRY_WORDS)
         else:
             expand_rows(stream, s, self.t, ENTRY_WORDS)
+
+    def project_parts(self, parts: tuple, negate: bool, xs: np.ndarray, out: np.ndarray, to: np.ndarray) -> None:
+        """``out[to[k], :rows] = t x_k mod 2^k`` on the rows last expanded, ``x_k`` the vector of the
+        affine parts ``parts[k]`` (:func:`affine_vectors`; a tuple of :attr:`group` devices, of which the
+        first ``to.size`` are real) formed in the scratch ``xs`` (ring (group, L)): one compiled call where
+        AMX runs (:func:`affine_tile_products`), else two; :meth:`project`'s refusals."""
+        if self.tiles:
+            affine_tile_products(parts, to.size, negate, xs, self.t, self.rows, out, to, self.planes, self.sums,
+                                 TILE_CONFIG)
+            return
+        affine_vectors(parts, to.size, negate, xs)
+        self.project(xs, np.arange(to.size), out, to)
 
     def project(self, x: np.ndarray, at: np.ndarray, out: np.ndarray, to: np.ndarray) -> None:
         """``out[to[m], :rows] = t x[at[m]] mod 2^k`` on the rows last expanded.  Both paths refuse

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import operator
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -89,7 +90,16 @@ def _counter_blocks(blocks: int) -> bytes:
 
 
 def _streams(keys: Sequence[bytes], nbytes: int) -> np.ndarray:
-    """uint8 (len(keys), nbytes): the AES-128-CTR stream under each row key (module docstring)."""
+    """uint8 (len(keys), nbytes): the AES-128-CTR stream under each row key (module docstring): with
+    the compiled kernels by AES-NI in one call (:func:`secemb.fss._projection_kernels.ctr_streams`, rows
+    padded to whole passes), else by OpenSSL, one ECB call a key over the counter blocks; the same bytes
+    (``tests/fss/test_s35_projection_streams.py``)."""
+    if kernels.compiled():
+        from secemb.fss._projection_kernels import CTR_BYTES, ctr_streams
+
+        padded = np.empty((len(keys), -(-nbytes // CTR_BYTES) * CTR_BYTES), np.uint8)
+        ctr_streams(np.frombuffer(b"".join(keys), np.uint8).reshape(len(keys), 16), padded)
+        return padded[:, :nbytes]
     blocks = -(-nbytes // 16)
     src = _counter_blocks(blocks)
     # update_into wants room for one block beyond its input
@@ -246,9 +256,12 @@ def _chunks(seeds: Sequence[bytes] | np.ndarray, n: int, rows: int,
     streams uint8 (s, rows * ceil(length / 4)) (:func:`_streams`, each seed expanded once), its
     devices intp (c,) and the index of each one's stream in ``stream`` intp (c,)."""
     keys, which = _seed_indices(seeds, n)
+    nbytes = _stream_bytes(rows, length)
+    if len(keys) == 1:  # one seed (a cuckoo batch's challenge): one chunk of every device, in order
+        yield _streams(keys, nbytes), np.arange(n), which
+        return
     order = np.argsort(which, kind="stable")  # the devices grouped by seed
     starts = np.searchsorted(which[order], np.arange(len(keys) + 1))  # seed s's devices: order[starts[s]:starts[s+1]]
-    nbytes = _stream_bytes(rows, length)
     chunk = max(1, _TEMP_ENTRIES // max(1, rows * length))
     for lo in range(0, len(keys), chunk):
         hi = min(len(keys), lo + chunk)
@@ -314,7 +327,12 @@ AffinePart = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 def _affine_checked(parts: Sequence[AffinePart]) -> tuple[np.dtype, int]:
-    """The ring dtype and the length ``L = S w + P`` of :func:`project_affine`'s ``parts``, validated."""
+    """The ring dtype and the length ``L = S w + P`` of :func:`project_affine`'s ``parts``, validated: by
+    C-level maps over the parts' arrays where every part is a tuple of four ``numpy.ndarray`` (a server's
+    batch), else (or where those find a fault, to name it) one part at a time."""
+    fast = _affine_uniform(parts)
+    if fast is not None:
+        return fast
     for got in parts:  # four isinstance calls, not a generator a part: this runs for every device of a check
         if not (isinstance(got, tuple) and len(got) == 4 and isinstance(got[0], np.ndarray)
                 and isinstance(got[1], np.ndarray) and isinstance(got[2], np.ndarray)
@@ -335,6 +353,28 @@ def _affine_checked(parts: Sequence[AffinePart]) -> tuple[np.dtype, int]:
                                     f"{count.dtype} {count.shape}, {words.dtype} {words.shape}, {tail.dtype} "
                                     f"{tail.shape}")
     return dtype, shape[0] * shape[1] + size[0]
+
+
+def _affine_uniform(parts: Sequence[AffinePart]) -> tuple[np.dtype, int] | None:
+    """:func:`_affine_checked`'s answer where every part is a tuple of four exact ``numpy.ndarray`` of
+    the first part's dtype (uint32 or uint64) and shapes (base and words 2-D, count 1-D integer of
+    their rows, tail 1-D), checked by a few C-level maps over all of them; else ``None``."""
+    if not parts or set(map(type, parts)) != {tuple} or set(map(len, parts)) != {4}:
+        return None
+    bases, counts, words, tails = zip(*parts, strict=True)
+    arrays = (*bases, *words, *tails)
+    if set(map(type, arrays)) != {np.ndarray} or set(map(type, counts)) != {np.ndarray}:
+        return None
+    dtype, shape, size = bases[0].dtype, bases[0].shape, tails[0].shape
+    if (dtype not in (np.uint32, np.uint64) or len(shape) != 2 or len(size) != 1
+            or set(map(_DTYPE, arrays)) != {dtype} or {d.kind for d in set(map(_DTYPE, counts))} - {"u", "i"}
+            or set(map(_SHAPE, bases + words)) != {shape} or set(map(_SHAPE, counts)) != {shape[:1]}
+            or set(map(_SHAPE, tails)) != {size}):
+        return None
+    return dtype, shape[0] * shape[1] + size[0]
+
+
+_DTYPE, _SHAPE = operator.attrgetter("dtype"), operator.attrgetter("shape")
 
 
 def project_affine(seeds: Sequence[bytes] | np.ndarray, negate: bool, parts: Sequence[AffinePart],
@@ -381,18 +421,23 @@ def project_affine(seeds: Sequence[bytes] | np.ndarray, negate: bool, parts: Seq
                 np.negative(sparse, out=sparse)
             x[d, base.size :] = tail
         return project_each(seeds, x, rows)
-    from secemb.fss._projection_kernels import Products, affine_vector
+    from secemb.fss._projection_kernels import Products
 
     acc, products = np.empty((n, rows), dtype), Products(dtype, rows, length)
-    xs, tile = np.empty((products.group, length), dtype), np.arange(products.group)
+    xs, group, negate = np.empty((products.group, length), dtype), products.group, bool(negate)
     for stream, devices, which in _chunks(seeds, n, rows, length):
         for s in range(stream.shape[0]):
-            products.expand(stream, s)
+            # the seed's passes made before its kernels run (their memory traffic leaves Python's caches cold)
             some = devices[which == s]
-            for lo in range(0, some.size, products.group):
-                to = some[lo : lo + products.group]
-                for k, d in enumerate(to.tolist()):
-                    base, count, words, tail = parts[d]
-                    affine_vector(base, count, words, bool(negate), tail, xs[k])
-                products.project(xs, tile[: to.size], acc, to)
+            passes = [_pass(parts, some[lo : lo + group], group) for lo in range(0, some.size, group)]
+            products.expand(stream, s)
+            for got, to in passes:
+                products.project_parts(got, negate, xs, acc, to)
     return acc
+
+
+def _pass(parts: Sequence[AffinePart], to: np.ndarray, group: int) -> tuple[tuple[AffinePart, ...], np.ndarray]:
+    """A pass of :func:`project_affine`'s compiled products: the parts of its devices ``to`` (intp, at most
+    ``group``) as a tuple of ``group`` (a short pass repeats its last device, which is not read) and ``to``."""
+    pick = to.tolist()
+    return tuple(map(parts.__getitem__, pick + pick[-1:] * (group - len(pick)))), to

@@ -187,6 +187,8 @@ __all__ = [
     "PART_BYTES",
     "RangeParams",
     "ProofShares",
+    "PreparedVerifier",
+    "prepare_verifier",
     "prove",
     "hint_of",
     "hints_of",
@@ -914,7 +916,8 @@ def verifier_messages(
     parts: Sequence[bytes] | None = None,
 ) -> np.ndarray:
     """Server ``party``'s verifier messages for ``n`` devices, to exchange with the other server
-    and pass to :func:`decide`.
+    and pass to :func:`decide`: ``prepare_verifier(params, party, shares, contexts, query_seed,
+    parts=parts).messages(ring_shares)`` (:func:`prepare_verifier`), the arguments checked in their order.
 
     Parameters
     ----------
@@ -946,6 +949,81 @@ def verifier_messages(
     InvalidParameters
         If an argument does not match ``params``, ``party`` or the ``n`` devices.
     """
+    prepared, ring = _prepare(params, party, shares, ring_shares, contexts, query_seed, parts)
+    return prepared._messages(cast("np.ndarray", ring))
+
+
+def _checked_ring(params: RangeParams, n: int, ring_shares: np.ndarray) -> np.ndarray:
+    """``ring_shares`` as an array, refused (:class:`InvalidParameters`) unless integer ``(n, rows)`` in
+    ``[0, 2^k)``."""
+    ring = np.asarray(ring_shares)
+    if ring.shape != (n, params.rows) or ring.dtype.kind not in "ui":
+        raise InvalidParameters(
+            f"ring_shares must be an integer array ({n}, {params.rows}), got {ring.dtype} {ring.shape}"
+        )
+    if ring.size and (ring.dtype.kind == "i" and ring.min() < 0 or int(ring.max()) >> params.ring_bits):  # no temporary
+        raise InvalidParameters(f"ring_shares must hold ring elements in [0, 2^{params.ring_bits})")
+    return ring
+
+
+@dataclass(frozen=True)
+class PreparedVerifier:
+    """Server ``party``'s verifier messages for ``n`` devices but for their ring shares
+    (:func:`prepare_verifier`): its parsed ``shares``, the batch's query (its randomness,
+    :func:`_draw`, for the compiled verifier; its maps, :func:`_query`, for numpy's) and each
+    device's joint randomness ``jr`` (uint8 (n, 32))."""
+
+    params: RangeParams
+    party: int
+    shares: ProofShares
+    query: _Draw | _Query
+    joints: np.ndarray
+
+    def messages(self, ring_shares: np.ndarray) -> np.ndarray:
+        """:func:`verifier_messages` of the prepared devices with their ``ring_shares`` (integer
+        ``(n, rows)`` in ``[0, 2^k)``): the same words.
+
+        Raises
+        ------
+        InvalidParameters
+            If ``ring_shares`` are not ``n`` devices' ring elements.
+        """
+        return self._messages(_checked_ring(self.params, len(self.shares), ring_shares))
+
+    def _messages(self, ring: np.ndarray) -> np.ndarray:
+        """:meth:`messages` of checked ring shares: the devices in blocks of :data:`_VERIFIER_BLOCK`
+        (:func:`_verify_block`)."""
+        params, n = self.params, len(self.shares)
+        out = np.empty((n, params.verifier_length), dtype=np.uint64)
+        for lo in range(0, n, _VERIFIER_BLOCK):
+            hi = min(n, lo + _VERIFIER_BLOCK)
+            out[lo:hi] = _verify_block(params, self.party, self.shares.rows(lo, hi), ring[lo:hi].astype(np.uint64),
+                                       self.query, self.joints[lo:hi])
+        return out
+
+
+def prepare_verifier(params: RangeParams, party: int, shares: ProofShares, contexts: Sequence[bytes],
+                     query_seed: bytes, *, parts: Sequence[bytes] | None = None) -> PreparedVerifier:
+    """All of :func:`verifier_messages` that does not read the ring shares -- its checks of the
+    other arguments (the same errors), the query drawn from ``query_seed`` and each device's joint
+    randomness hashed (one batch) -- so that a server can do it before it computes the ring shares
+    (its projections, whose passes over memory leave the Python steps' caches cold:
+    :meth:`SecEmbServer._verifier_messages <secemb.protocols.secemb.server.SecEmbServer._verifier_messages>`);
+    :meth:`PreparedVerifier.messages` gives the messages.  Arguments as :func:`verifier_messages`'.
+
+    Raises
+    ------
+    InvalidParameters
+        If an argument does not match ``params``, ``party`` or the ``n`` devices.
+    """
+    return _prepare(params, party, shares, None, contexts, query_seed, parts)[0]
+
+
+def _prepare(params: RangeParams, party: int, shares: ProofShares, ring_shares: np.ndarray | None,
+             contexts: Sequence[bytes], query_seed: bytes,
+             parts: Sequence[bytes] | None) -> tuple[PreparedVerifier, np.ndarray | None]:
+    """:func:`prepare_verifier` and, unless ``None``, ``ring_shares`` checked (:func:`_checked_ring`) after
+    the shares and before the contexts, as :func:`verifier_messages` checks them."""
     n = len(shares)
     if shares.party != party or party not in (0, 1):
         raise InvalidParameters(f"shares are server {shares.party}'s, not server {party!r}'s")
@@ -956,13 +1034,7 @@ def verifier_messages(
         raise InvalidParameters(f"shares of {n} devices must have {n} rows of each field, got keys "
                                 f"{shares.keys.shape}, hints {shares.hints.shape}, inputs {shares.inputs.shape}, "
                                 f"proofs {shares.proofs.shape}")
-    ring = np.asarray(ring_shares)
-    if ring.shape != (n, params.rows) or ring.dtype.kind not in "ui":
-        raise InvalidParameters(
-            f"ring_shares must be an integer array ({n}, {params.rows}), got {ring.dtype} {ring.shape}"
-        )
-    if ring.size and (ring.dtype.kind == "i" and ring.min() < 0 or int(ring.max()) >> params.ring_bits):  # no temporary
-        raise InvalidParameters(f"ring_shares must hold ring elements in [0, 2^{params.ring_bits})")
+    ring = None if ring_shares is None else _checked_ring(params, n, ring_shares)
     if len(contexts) != n or not (set(map(type, contexts)) <= {bytes, bytearray}
                                   or all(isinstance(c, (bytes, bytearray)) for c in contexts)):
         raise InvalidParameters(f"contexts must be {n} bytes objects")
@@ -972,25 +1044,22 @@ def verifier_messages(
         raise InvalidParameters(f"parts must be {n} bytes objects of {PART_BYTES} bytes")
     # the compiled verifier forms the query's maps from its randomness in its call; numpy's are formed here
     query = _draw(params, bytes(query_seed)) if kernels.compiled() else _query(params, bytes(query_seed))
-    own = None if parts is None else _digest_rows(list(parts))
-    out = np.empty((n, params.verifier_length), dtype=np.uint64)
-    for lo in range(0, n, _VERIFIER_BLOCK):
-        hi = min(n, lo + _VERIFIER_BLOCK)
-        out[lo:hi] = _verify_block(params, party, shares.rows(lo, hi), ring[lo:hi].astype(np.uint64), contexts[lo:hi],
-                                   query, None if own is None else own[lo:hi])
-    return out
-
-
-def _verify_block(params: RangeParams, party: int, shares: ProofShares, ring: np.ndarray, contexts: Sequence[bytes],
-                  query: _Draw | _Query, own: np.ndarray | None) -> np.ndarray:
-    """:func:`verifier_messages` of a block of devices (``shares`` theirs; ``own``: this server's parts
-    as rows of uint8 (n, 32), or None to hash them here): their joint randomness as one batch
-    (:func:`_joints`), then their coefficients and the field part in one compiled call
-    (:func:`secemb.fss._rangeproof_kernels.verifier_batch`, of the query's randomness, :func:`_draw`)
-    or in numpy (:func:`_coefficients`, :func:`_verify_reference` of the query's maps, :func:`_query`)."""
-    n = len(shares)
-    own = _part_rows(party, contexts, shares.keys, _hashed_inputs(shares)) if own is None else own
+    if not n:
+        return PreparedVerifier(params, party, shares, query, np.empty((0, PART_BYTES), np.uint8)), ring
+    own = _part_rows(party, contexts, shares.keys, _hashed_inputs(shares)) if parts is None else \
+        _digest_rows(list(parts))
     joints = _joints(contexts, *((own, shares.hints) if party == 0 else (shares.hints, own)))
+    return PreparedVerifier(params, party, shares, query, joints), ring
+
+
+def _verify_block(params: RangeParams, party: int, shares: ProofShares, ring: np.ndarray, query: _Draw | _Query,
+                  joints: np.ndarray) -> np.ndarray:
+    """:meth:`PreparedVerifier.messages` of a block of devices (``shares`` theirs, ``joints`` their
+    joint randomness as rows of uint8 (n, 32)): their coefficients and the field part in one
+    compiled call (:func:`secemb.fss._rangeproof_kernels.verifier_batch`, of the query's randomness,
+    :func:`_draw`) or in numpy (:func:`_coefficients`, :func:`_verify_reference` of the query's maps,
+    :func:`_query`)."""
+    n = len(shares)
     msg = np.empty((n, params.verifier_length), dtype=np.uint64)
     msg[:, params.opened_length :] = joints.view("<u8")
     if isinstance(query, _Draw):  # the same words in one compiled call over the block's devices

@@ -1224,14 +1224,16 @@ class SecEmbServer(ServerRole):
         (:meth:`_bound_projections`), in ranges of users on the backend's threads (:meth:`_spans`:
         one range on a serial backend; the kernels of both steps run without the GIL).  A device's
         messages do not depend on the others of its batch, so the ranges give the messages of one
-        call."""
+        call.  A range's verifier is prepared (:func:`~secemb.fss.rangeproof.prepare_verifier`: its
+        checks, the query and the joint randomness) before its projections, whose passes over the
+        payload sums, correction words and expanded rows (megabytes) evict the caches that Python
+        steps run from: after them only the verifier's compiled call is left."""
 
         def span(bounds: tuple[int, int]) -> np.ndarray:
             lo, hi = bounds
-            some, their = users[lo:hi], challenges[lo:hi]
-            return rangeproof.verifier_messages(params, self.party, shares.rows(lo, hi),
-                                                self._bound_projections(some, their), contexts[lo:hi], query,
-                                                parts=None if parts is None else parts[lo:hi])
+            prepared = rangeproof.prepare_verifier(params, self.party, shares.rows(lo, hi), contexts[lo:hi], query,
+                                                   parts=None if parts is None else parts[lo:hi])
+            return prepared.messages(self._bound_projections(users[lo:hi], challenges[lo:hi]))
 
         messages = self._map_spans(span, self._spans(len(users)))
         return messages[0] if len(messages) == 1 else np.concatenate(messages)
@@ -1321,11 +1323,11 @@ class SecEmbServer(ServerRole):
         shares = rangeproof.parse(params, 1, msgs)  # the batch's messages as one array
         contexts = self._bound_contexts(users, challenges)
         own = rangeproof.seed_parts(contexts, sigmas)
-        v1 = self._verifier_messages(params, shares, users, challenges, contexts, query, parts=own)
         derived = [self._absorbed[u].challenge for u in users]  # the full layout's c_u; else None
         forwarded = row_bytes(table[:, hint_at + rangeproof.PART_BYTES :])  # each part_1 as server 0 forwarded it
         unbound = [j for j, (fwd, part, c, d) in enumerate(zip(forwarded, own, challenges, derived, strict=True))
                    if not hmac.compare_digest(part, fwd) or (d is not None and not hmac.compare_digest(c, d))]
+        v1 = self._verifier_messages(params, shares, users, challenges, contexts, query, parts=own)  # the last step
         v1[unbound, : params.opened_length] = 0
         self._answered.update(users)
         self._release_sums(users)
