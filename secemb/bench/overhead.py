@@ -14,7 +14,8 @@ Per epoch (in this process)
     epoch (``epochs >= 2``).  ``--repeat N`` trains N alternating pairs (plaintext, secure) and
     gives the median of their ratios and its range: one pair's figure moves with the machine's
     speed between the two runs.  Beside it, informative and not the goal, the secure path's other
-    cryptography measured the same way (below) and ``beyond / (kernels + other cryptography)``.
+    cryptography measured the same way (below), ``beyond / (kernels + other cryptography)`` and
+    the glue, ``beyond - kernels - other cryptography`` (``glue_s``: what batching can remove).
 Whole process
     CPU time (user + system, of the child process) of ``python -m secemb train --dataset D
     --epochs E`` against the same with ``--protocol plaintext`` (goal: at most 1.5), and both
@@ -79,13 +80,13 @@ _DPF_AES_PREFIXES = ("tree/", "convert/")
 #: the secure path's cryptography that is no DPF kernel: category -> the (module, attribute) of the
 #: project functions that do nothing but it ("Class.method" for a method)
 OTHER_CRYPTO: dict[str, tuple[tuple[str, str], ...]] = {
-    "upload mac": (("secemb.protocols.secemb.relay", "upload_mac"),),
+    "upload mac": (("secemb.protocols.secemb.relay", "upload_mac"), ("secemb.protocols.secemb.relay", "upload_macs")),
     "sha256 digests": (("secemb.protocols.secemb.checks", "key_digests"), ("secemb.protocols.secemb.relay", "_digests"),
                        ("secemb.protocols.secemb.server", "SecEmbServer.upload_digests")),
     "row tags": (("secemb.fss.hashing", "sha256_many"),),
     "sketch seeds": tuple(("secemb.protocols.secemb.checks", f) for f in (
-        "round_secret", "sketch_seeds", "sketch_halves", "sketch_half_rows", "query_seeds", "query_seed_rows",
-        "binding", "bindings", "binding_rows")),
+        "round_secret", "sketch_seeds", "sketch_seeds_expanded", "sketch_halves", "sketch_half_rows", "query_seeds",
+        "query_seed_rows", "binding", "bindings", "binding_rows")),
     "sketch proof": (*(("secemb.fss.sketch", f) for f in ("expand", "device_inputs", "device_inputs_many")),
                      *(("secemb.fss.sketchproof", f) for f in ("prove", "prove_many", "server1_shares",
                                                                 "verifier_messages", "verify"))),
@@ -340,11 +341,13 @@ def _epoch_pair(dataset: str, epochs: int, data_dir: str | None, say: Callable[[
             "other_crypto_s": secure["epoch_other_crypto_s"][-1],
             "other_crypto_by_category_s": secure["epoch_other_crypto_by_category_s"][-1],
             "ratio_with_other_crypto": beyond / crypto_s if crypto_s > 0 else None,
+            "glue_s": beyond - crypto_s,
             "gc_s": {"plaintext": plain["epoch_gc_s"][-1], "secure": secure["epoch_gc_s"][-1]},
             "same_model": plain["model_sha256"] == secure["model_sha256"]}
 
 
-_PAIR_KEYS = ("plaintext_cpu_s", "secure_cpu_s", "beyond_s", "kernel_s", "ratio", "same_model")
+_PAIR_KEYS = ("plaintext_cpu_s", "secure_cpu_s", "beyond_s", "kernel_s", "ratio", "other_crypto_s", "glue_s",
+              "same_model")
 
 
 def run(dataset: str = "ml-100k", epochs: int = 2, *, data_dir: str | None = None, process: bool = True,
@@ -354,8 +357,9 @@ def run(dataset: str = "ml-100k", epochs: int = 2, *, data_dir: str | None = Non
     ``epochs >= 2`` (the per-epoch figure is the last epoch's, past the first kernel calls);
     ``repeat`` alternating pairs of in-process runs (plaintext, then secure): ``"epoch"`` is the
     first pair's, ``"epoch_pairs"`` every pair's figures (``plaintext_cpu_s``, ``secure_cpu_s``,
-    ``beyond_s``, ``kernel_s``, ``ratio``, ``same_model``) and ``"epoch_ratio_median"`` the median
-    of their ratios: one epoch's CPU moves with the machine's speed between runs (0.84-1.21 s of
+    ``beyond_s``, ``kernel_s``, ``ratio``, ``other_crypto_s``, ``glue_s``, ``same_model``) and
+    ``"epoch_ratio_median"`` the median of their ratios (``"epoch_glue_median_s"``, informative, of
+    their glue): one epoch's CPU moves with the machine's speed between runs (0.84-1.21 s of
     plaintext CPU in eight idle runs of session 33), so a figure to compare with the goal is a
     median of several pairs with its range.  ``process=False`` skips the two child processes (run
     after the in-process runs, which check the dataset and options).  ``progress`` is told each step.
@@ -388,6 +392,7 @@ def run(dataset: str = "ml-100k", epochs: int = 2, *, data_dir: str | None = Non
     out["epoch_pairs"] = pairs
     ratios = [p["ratio"] for p in pairs if p["ratio"] is not None]
     out["epoch_ratio_median"] = statistics.median(ratios) if ratios else None
+    out["epoch_glue_median_s"] = statistics.median(p["glue_s"] for p in pairs)
     if process:
         args = ["--dataset", dataset, "--epochs", str(epochs)] + (["--data-dir", data_dir] if data_dir else [])
         say("whole process: plaintext")
@@ -412,6 +417,7 @@ def table_rows(result: dict[str, Any]) -> list[tuple[str, str, str]]:
         ("  other cryptography s (thread CPU)", f"{e['other_crypto_s']:.3f}", ""),
         ("beyond / (kernels + other crypto), informative",
          "n/a" if e["ratio_with_other_crypto"] is None else f"{e['ratio_with_other_crypto']:.2f}x", "not a goal"),
+        ("  glue s: beyond - kernels - other crypto, informative", f"{e['glue_s']:.3f}", "not a goal"),
         ("  Python GC s in the epoch, plaintext / secure (thread CPU)",
          f"{e['gc_s']['plaintext']:.3f} / {e['gc_s']['secure']:.3f}", "informative"),
         ("same model as plaintext (in process)", str(e["same_model"]), "True"),
@@ -423,6 +429,8 @@ def table_rows(result: dict[str, Any]) -> list[tuple[str, str, str]]:
             (f"beyond / kernels, median of {len(pairs)} alternating pairs",
              "n/a" if result["epoch_ratio_median"] is None else
              f"{result['epoch_ratio_median']:.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f})", f"<= {e['goal']}x"),
+            (f"glue s, median of {len(pairs)} pairs, informative", f"{result['epoch_glue_median_s']:.3f}",
+             "not a goal"),
             ("same model in every pair", str(all(p["same_model"] for p in pairs)), "True"),
         ]
     p = result.get("process")

@@ -57,6 +57,15 @@ def _carry(tp: InProcessTransport, src: str, dst: str, body: bytes, stage: str) 
     return tp.carry(src, dst, body, stage=stage)
 
 
+def _carry_many(tp: InProcessTransport, src: str, dst: str, items: list[tuple[int, bytes]],
+                stage: str) -> list[tuple[int, bytes]]:
+    """The bodies of ``items`` (``(user, body)``) moved from ``src`` to ``dst`` as one batch
+    (:meth:`InProcessTransport.carry_many`, counted as one :func:`_carry` each): each user with what
+    ``dst`` gets, in order."""
+    return list(zip([u for u, _ in items], tp.carry_many(src, dst, [body for _, body in items], stage=stage),
+                    strict=True))
+
+
 def _peer(fn: Callable[[], T]) -> T:
     """A follower call with its refusal turned into the :class:`~secemb.server.peer.PeerLink`
     errors, as the HTTP peer turns a 4xx/5xx into them."""
@@ -154,13 +163,14 @@ class LocalPeer:
         return [bool(_peer(lambda: self.follower.peer_ready(round_id, u))["ready"]) for u in users]  # noqa: B023 - called at once
 
     def relay_retrieval_many(self, round_id: int, items: list[tuple[int, bytes]]) -> list[bytes | SecembError]:
-        got = [(u, _carry(self.tp, SERVER0, SERVER1, body, RETRIEVAL)) for u, body in items]
+        got = _carry_many(self.tp, SERVER0, SERVER1, items, RETRIEVAL)
         outs = self.follower.peer_relay_retrieval_many(round_id, got)
-        return [_refusal(out) if isinstance(out, SecembError) else _carry(self.tp, SERVER1, SERVER0, out, RETRIEVAL)
-                for out in outs]
+        back = iter(self.tp.carry_many(SERVER1, SERVER0, [out for out in outs if not isinstance(out, SecembError)],
+                                       stage=RETRIEVAL))
+        return [_refusal(out) if isinstance(out, SecembError) else next(back) for out in outs]
 
     def relay_upload_many(self, round_id: int, items: list[tuple[int, bytes]]) -> list[SecembError | None]:
-        got = [(u, _carry(self.tp, SERVER0, SERVER1, body, UPLOAD)) for u, body in items]
+        got = _carry_many(self.tp, SERVER0, SERVER1, items, UPLOAD)
         return [out if out is None else _refusal(out)
                 for out in self.follower.peer_relay_upload_many(round_id, got)]
 

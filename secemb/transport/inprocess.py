@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import defaultdict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from types import EllipsisType
@@ -190,6 +191,37 @@ class InProcessTransport:
         with self._lock:
             self.send(src, dst, payload, stage=stage)
             return self.recv(dst, src)
+
+    def carry_many(self, src: str, dst: str, payloads: Sequence[bytes], *, stage: str) -> list[bytes]:
+        """:meth:`carry` of each of ``payloads`` in order, as one step (a batch of one sender's
+        messages to one receiver, e.g. server 0's forwards of a round's requests): the same
+        messages received, in order, and the same counts as that many :meth:`carry` calls, the
+        names and the counters handled once (a subclass that overrides :meth:`send`, to observe
+        each message, gets one :meth:`carry` a message).  Raises as :meth:`send` does, before
+        anything of the batch is sent or counted."""
+        if not isinstance(stage, str) or not stage:
+            raise InvalidParameters(f"stage must be a non-empty str, got {stage!r}")
+        for payload in payloads:
+            if not isinstance(payload, (bytes, bytearray, memoryview)):
+                raise TypeError(
+                    f"transport carries bytes only, got {type(payload).__name__} "
+                    f"({src!r} -> {dst!r}, stage {stage!r})"
+                )
+        self._direction(src, dst)
+        if not payloads:
+            return []
+        if type(self).send is not InProcessTransport.send:
+            with self._lock:
+                return [self.carry(src, dst, p, stage=stage) for p in payloads]
+        # bytes is immutable, so handing the object over is as good as a copy.
+        data = [p if type(p) is bytes else bytes(p) for p in payloads]
+        with self._lock:
+            box = self._boxes[(src, dst)]
+            box.extend(data)  # after any message already waiting, as carry's sends would be
+            c = self._counts[self._round][(stage, src, dst)]
+            c[0] += len(data)
+            c[1] += sum(map(len, data))
+            return [box.popleft() for _ in data]
 
     def recv(self, dst: str, src: str) -> bytes:
         """Pop the oldest message from ``src`` waiting for ``dst``.

@@ -184,10 +184,13 @@ def test_repeated_pairs_give_each_pair_s_figures_and_their_median() -> None:
     for p in pairs:
         assert p["ratio"] == pytest.approx(p["beyond_s"] / p["kernel_s"])
         assert p["beyond_s"] == pytest.approx(p["secure_cpu_s"] - p["plaintext_cpu_s"])
+        assert p["glue_s"] == pytest.approx(p["beyond_s"] - p["kernel_s"] - p["other_crypto_s"])
+    assert result["epoch_glue_median_s"] == pytest.approx((pairs[0]["glue_s"] + pairs[1]["glue_s"]) / 2)
     assert result["epoch_ratio_median"] == pytest.approx((pairs[0]["ratio"] + pairs[1]["ratio"]) / 2)
     rows = {row[0]: row for row in overhead.table_rows(result)}
     assert rows["beyond / kernels, median of 2 alternating pairs"][2] == "<= 1.25x"
     assert rows["same model in every pair"][1] == "True"
+    assert rows["glue s, median of 2 pairs, informative"][1] == f"{result['epoch_glue_median_s']:.3f}"
     with pytest.raises(InvalidParameters, match="repeat must be >= 1"):
         overhead.run("synthetic-mini", 2, process=False, repeat=0)
 

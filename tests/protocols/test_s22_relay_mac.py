@@ -154,13 +154,13 @@ def test_the_device_tags_once_with_its_key(monkeypatch: pytest.MonkeyPatch) -> N
     """The key is the device's for one tag: dropped at the upload, and a second upload of the
     round is refused before anything is tagged."""
     calls: list[bytes] = []
-    real = relay.upload_mac
+    real = relay.upload_macs  # the device tags its upload in its batch's one call (session 35)
 
-    def counted(key: bytes, round_id: int, cw: bytes | memoryview) -> bytes:
-        calls.append(key)
-        return real(key, round_id, cw)
+    def counted(keys: list[bytes], round_id: int, cws: list[tuple[memoryview, bytes]]) -> list[bytes]:
+        calls.extend(keys)
+        return real(keys, round_id, cws)
 
-    monkeypatch.setattr(user, "upload_mac", counted)
+    monkeypatch.setattr(user, "upload_macs", counted)
     rnd = _relay_round()
     cfg = rnd.cfg
     assert len(calls) == 1 and rnd.device._mac_key is None

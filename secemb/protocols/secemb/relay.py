@@ -19,7 +19,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError, RelayTampered, SecembError
 from secemb.fss.convert import convert, convert_accumulate, convert_add
 from secemb.protocols.base import RelayRole, RoundConfig, result_or_raise
-from secemb.protocols.secemb.checks import key_digests, relay_subkey, seed_tags
+from secemb.fss.hashing import row_bytes
+from secemb.protocols.secemb.checks import key_digests, relay_subkey, relay_subkeys, seed_tags
 from secemb.protocols.secemb.server import Request, SecEmbServer, sift, stacked
 from secemb.protocols.secemb.sizes import (
     BIND_BYTES,
@@ -42,7 +43,7 @@ from secemb.protocols.wire import Framer, Opener, check_user, little, read_array
 from secemb.randomness import SEED_BYTES
 
 __all__ = ["RELAY_TAG", "Direct", "SecEmbRelayServer", "parse_roots", "parse_roots_many", "relay_masks_into",
-           "relay_prg", "relay_prg_sum", "relay_prgs", "upload_mac"]
+           "relay_prg", "relay_prg_sum", "relay_prgs", "upload_mac", "upload_macs"]
 
 #: the upload MAC's domain; HMAC-SHA256's tags (before session 22) had ``b"secemb-relay-upload"``,
 #: so neither MAC's tag verifies as the other's
@@ -139,10 +140,33 @@ def upload_mac(key: bytes, round_id: int, cw: bytes | memoryview | tuple[bytes |
     ------
     InvalidParameters: ``key`` is not :data:`MAC_KEY_BYTES` bytes (:func:`relay_subkey`).
     """
+    return _gmac(relay_subkey(key, "upload-gmac"), round_id, cw)
+
+
+def upload_macs(keys: Sequence[bytes], round_id: int,
+                cws: Sequence[bytes | memoryview | tuple[bytes | memoryview, ...]]) -> list[bytes]:
+    """:func:`upload_mac` of each device's one-time relay key ``keys[i]`` and its words ``cws[i]``
+    (a round's batch of uploads: the devices' tags, or server 1's check of a range's forwards), the
+    same tags: the GMAC sub-keys derived as one :func:`~secemb.protocols.secemb.checks.relay_subkeys`
+    batch (one compiled HMAC call, not a Python HMAC a key), then one GMAC a key.
+
+    Raises
+    ------
+    InvalidParameters: the lists differ in length, or a key is not :data:`MAC_KEY_BYTES` bytes.
+    """
+    if len(keys) != len(cws):
+        raise InvalidParameters(f"upload MACs take a key an upload: {len(keys)} keys, {len(cws)} uploads")
+    if not cws:
+        return []
+    subkeys = row_bytes(relay_subkeys(keys, "upload-gmac"))
+    return [_gmac(subkey, round_id, cw) for subkey, cw in zip(subkeys, cws, strict=True)]
+
+
+def _gmac(subkey: bytes, round_id: int, cw: bytes | memoryview | tuple[bytes | memoryview, ...]) -> bytes:
+    """The upload's GMAC under its sub-key ``subkey`` (16 bytes; :func:`upload_mac`)."""
     # one copy of the words into the associated data: cheaper than GCM's incremental interface
     parts = cw if isinstance(cw, tuple) else (cw,)
-    return AESGCM(relay_subkey(key, "upload-gmac")).encrypt(
-        _UPLOAD_MAC_NONCE, b"", b"".join((_UPLOAD_MAC_DOMAIN, U64.pack(round_id), *parts)))
+    return AESGCM(subkey).encrypt(_UPLOAD_MAC_NONCE, b"", b"".join((_UPLOAD_MAC_DOMAIN, U64.pack(round_id), *parts)))
 
 
 def _digests(rows: np.ndarray) -> list[bytes]:
@@ -423,9 +447,14 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
         where = [i for i in where if i not in failed]
         digests = [q.digest for q in requests]
         sketch = self._sketch_seeds(users, digests)
-        seeds = None if sketch is None else sketch[0]
+        seeds, expanded = (None, None) if sketch is None else (sketch[0], sketch[2])
+        # verified uploads: server 1 vouches for each device's sketch seed to the device, under the key
+        # server 0 never sees (its tag follows the masked answer, server 0 passes it on); derived here,
+        # beside the seeds and before the walk streams the tables through the caches, not in commit()
+        tags = [b""] * len(users) if seeds is None else seed_tags([self._awaiting[u].mac_key for u in users],
+                                                                   cfg.round_id, seeds)
         challenges = self._bound_challenges(users, digests)
-        evaluated = self._evaluate_requests(requests, seeds, challenges) if requests else None
+        evaluated = self._evaluate_requests(requests, expanded, challenges) if requests else None
 
         def commit() -> list[bytes | SecembError]:
             if self.config is not cfg:
@@ -440,10 +469,6 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
             self._direct_of.update(zip(users, directs, strict=True))
             shape = (cfg.slots, cfg.width + tag_words(cfg))
             framer = Framer(NAME, "relay_answer", 1, cfg.round_id, relay_answer_bytes(cfg, self.verify))
-            # verified uploads: server 1 vouches for each device's sketch seed to the device, under
-            # the key server 0 never sees (its tag follows the masked answer, server 0 passes it on)
-            tags = [b""] * len(users) if seeds is None else seed_tags([d.mac_key for d in directs], cfg.round_id,
-                                                                       seeds)
 
             def masked(batch: list[tuple[np.ndarray, bytes, bytes]]) -> list[bytes]:
                 """The relay answers of a range of users: their shares plus their masks, each mask
@@ -538,8 +563,10 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
             dense shares (the expansions of their seeds)."""
             words: list[np.ndarray | None] = []
             seeds: list[bytes] = []
-            for body, direct, fixed in batch:
-                if not hmac.compare_digest(upload_mac(direct.mac_key, cfg.round_id, body[:tagged]), body[tagged:]):
+            tags = upload_macs([direct.mac_key for _, direct, _ in batch], cfg.round_id,
+                               [body[:tagged] for body, _, _ in batch])
+            for (body, direct, fixed), tag in zip(batch, tags, strict=True):
+                if not hmac.compare_digest(tag, body[tagged:]):
                     words.append(None)
                     continue
                 words.append(_words(body, 0, cfg) if fixed else read_array(body, 0, cfg.dtype, (cfg.slots,

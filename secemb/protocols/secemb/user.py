@@ -30,8 +30,8 @@ from secemb.protocols.secemb.bounds import (
     projected,
     upload_vector,
 )
-from secemb.protocols.secemb.checks import bindings, half_tags, key_digests, seed_tag, suffix_tags
-from secemb.protocols.secemb.relay import relay_masks_into, relay_prgs, upload_mac
+from secemb.protocols.secemb.checks import bindings, half_tags, key_digests, seed_tags, suffix_tags
+from secemb.protocols.secemb.relay import relay_masks_into, relay_prgs, upload_macs
 from secemb.protocols.secemb.sizes import (
     DIGEST_BYTES,
     MAC_KEY_BYTES,
@@ -373,11 +373,21 @@ class SecEmbUser(UserRole):
                    Opener(NAME, "retrieval_reply", 1, cfg.round_id, size))
         out: list[np.ndarray | Exception | None] = [None] * len(users)
         read: list[tuple[int, np.ndarray, np.ndarray | None]] = []
+        tagged: list[tuple[int, memoryview]] = []  # relay, verified uploads: server 1's tag of each user's seed
         for i, (user, (reply0, reply1)) in enumerate(zip(users, replies, strict=True)):
             try:
-                read.append((i, *user._answer_shares(reply0, reply1, shape, openers)))
+                share0, share1, tag = user._answer_shares(reply0, reply1, shape, openers)
             except SecembError as exc:
                 out[i] = exc
+                continue
+            read.append((i, share0, share1))
+            if tag is not None:
+                tagged.append((i, tag))
+        if tagged:  # each seed's tag recomputed under the user's one-time relay key: the batch in one call
+            bad = SecEmbUser._seed_tags_fail([users[i] for i, _ in tagged], [tag for _, tag in tagged])
+            for (i, _), refused in zip(tagged, bad, strict=True):
+                out[i] = refused
+            read = [r for r in read if out[r[0]] is None]
         if read:
             ok = [users[i] for i, _, _ in read]
             # the answers (n, S, width + T) reconstructed user by user from the replies' bytes in
@@ -395,22 +405,24 @@ class SecEmbUser(UserRole):
         return cast("list[np.ndarray | Exception]", out)  # every entry is set above
 
     def _answer_shares(self, reply0: bytes, reply1: bytes | None, shape: tuple[int, int],
-                       openers: tuple[Opener, Opener]) -> tuple[np.ndarray, np.ndarray | None]:
+                       openers: tuple[Opener, Opener]) -> tuple[np.ndarray, np.ndarray | None, memoryview | None]:
         """The two answer shares of the replies, ring ``shape`` each, read in place (views of the
         replies' bytes; the second ``None`` with relay: server 1's is the mask of the user's seed);
         ``openers``: the round's :class:`Opener` of server 0's and server 1's replies.  With verified
         uploads the device's sketch seed ``c_u`` is kept -- after the answer in server 0's reply (relay),
         or the XOR of the halves after the answers in both (without relay) -- and checked against the
-        other server's tag of it (:meth:`_check_seed`): a user whose check fails is marked tampered,
-        which bars its upload and so its proof.
+        other server's tag of it: without relay here (:meth:`_check_seed`), with relay by the caller,
+        for a batch's users at once (:meth:`_seed_tags_fail`), from server 1's tag that this returns
+        third (``None`` otherwise); a user whose check fails is marked tampered, which bars its upload
+        and so its proof.
 
         Raises
         ------
         ProtocolError: no request this round, or a reply of server 1 where it sends none (or
             none where it does).
         InvalidMessage: a reply is malformed.
-        RetrievalTampered: the sketch seed (or a half) fails the other server's tag (the user is
-            marked so: it neither proves nor uploads this round).
+        RetrievalTampered: without relay, a half of the sketch seed fails the other server's tag (the
+            user is marked so: it neither proves nor uploads this round).
         """
         cfg = self.config
         if self._state is None:
@@ -421,11 +433,10 @@ class SecEmbUser(UserRole):
         if self.relay:
             if reply1 is not None:
                 raise ProtocolError("with relay, server 1 sends no retrieval reply")
-            if self.verify:
-                self._sketch_seed = bytes(body0[at : at + SKETCH_SEED_BYTES])
-                self._check_seed([seed_tag(cast("bytes", self._mac_key), cfg.round_id, self._sketch_seed)],
-                                 [body0[at + SKETCH_SEED_BYTES :]])
-            return first, None
+            if not self.verify:
+                return first, None, None
+            self._sketch_seed = bytes(body0[at : at + SKETCH_SEED_BYTES])
+            return first, None, body0[at + SKETCH_SEED_BYTES :]
         if reply1 is None:
             raise ProtocolError("missing server 1's retrieval reply")
         body1 = openers[1](reply1)
@@ -435,7 +446,25 @@ class SecEmbUser(UserRole):
             self._sketch_seed = bytes(a ^ b for a, b in zip(*halves, strict=True))
             self._check_seed(half_tags(cfg.round_id, (0, 1), halves),
                              [body1[at + SKETCH_SEED_BYTES :], body0[at + SKETCH_SEED_BYTES :]])
-        return first, read_view(body1, 0, cfg.dtype, shape)
+        return first, read_view(body1, 0, cfg.dtype, shape), None
+
+    @staticmethod
+    def _seed_tags_fail(users: list[SecEmbUser], got: list[memoryview]) -> list[RetrievalTampered | None]:
+        """Relay, verified uploads: each user's check of the tag ``got[j]`` that server 1 made of its
+        sketch seed (kept by :meth:`_answer_shares`), the tags recomputed under the users' one-time
+        relay keys as one batch (:func:`~secemb.protocols.secemb.checks.seed_tags`) and compared by
+        :meth:`_check_seed`: per user ``None``, or the :class:`RetrievalTampered` it raised (the user
+        marked so)."""
+        want = seed_tags([cast("bytes", u._mac_key) for u in users], users[0].config.round_id,
+                         [cast("bytes", u._sketch_seed) for u in users])
+        out: list[RetrievalTampered | None] = []
+        for user, expected, tag in zip(users, want, got, strict=True):
+            try:
+                user._check_seed([expected], [tag])
+                out.append(None)
+            except RetrievalTampered as exc:
+                out.append(exc)
+        return out
 
     def _check_seed(self, expected: list[bytes], got: list[memoryview]) -> None:
         """Verified uploads: compare (in constant time) the tags the device computes of the sketch
@@ -553,18 +582,22 @@ class SecEmbUser(UserRole):
             shares0 = np.stack([gradients[i][1] for i in ok])
             np.subtract(shares0, masks, out=shares0)
             shares0_le = np.ascontiguousarray(shares0, cfg.dtype.newbyteorder("<"))  # as little() gives each row
+        # each user's words, MACed and framed, not copied
+        owns = [cw_le[j * cfg.slots : (j + 1) * cfg.slots].data.cast("B") for j in range(len(ok))]
+        if first.relay:
+            # each tag under the user's one-time MAC key (drawn with the seeds), over its words and, verified
+            # uploads, tau after them, as forwarded: the batch's sub-keys in one call (upload_macs)
+            tags = upload_macs([cast("bytes", users[i]._mac_key) for i in ok], cfg.round_id,
+                               [(own, tau) for own, (_, tau) in zip(owns, proofs, strict=True)])
         for j, i in enumerate(ok):
             user, dense = users[i], gradients[i][1]
             pi0, tau = proofs[j]
+            own = owns[j]
             user._state = None  # one upload per round
-            # the relay's one-time MAC key tags this upload only: dropped with the state (upload_mac)
-            key, user._mac_key = user._mac_key, None
-            own = cw_le[j * cfg.slots : (j + 1) * cfg.slots].data.cast("B")  # MACed and framed, not copied
+            user._mac_key = None  # the relay's one-time MAC key tagged this upload only: dropped with the state
             if first.relay:
-                # drawn with the seeds; over the words and, verified uploads, tau after them, as forwarded
-                tag = upload_mac(cast("bytes", key), cfg.round_id, (own, tau))
                 d0, d1 = shares0[j], masks[j]
-                out[i] = to0(own, shares0_le[j].data, tau, tag, pi0), None
+                out[i] = to0(own, shares0_le[j].data, tau, tags[j], pi0), None
             else:
                 d0, d1 = share(dense, _rng=user._rng)
                 # bounded payloads: server 0 gets a commitment to d1, so that d1 is fixed before its challenge
