@@ -83,6 +83,7 @@ LAZY_TARGETS = {
     "secemb.fss._sketch_seed_kernels": "numba compiles or loads the servers' fused sketch seeds and expansion (only "
                                        "sketch-checking servers with the SHA-NI kernel)",
     "secemb.fss.fused": "numba kernels (seconds to compile)",
+    "secemb.fss._kernel_cache": "numba's caching and dispatcher (only where numba imports: kernels.available)",
     "secemb.fss.gpu": "torch and a CUDA device (the gpu extra)",
     "secemb.server.app": "FastAPI (the server extra): only a running server needs it",
     "secemb.server.exchange_app": "FastAPI (the server extra): only a running server needs it",

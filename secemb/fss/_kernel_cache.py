@@ -17,16 +17,34 @@ modules each depends on, so a change to any of them compiles its kernels again. 
 modules import it before their kernels are decorated.  A numba without the locator list this
 relies on (``CacheImpl._locator_classes``) gets nothing registered; ``tests/fss/test_s28_kernel_cache.py``
 fails there.
+
+It also makes a compilation of this package's kernels one per machine at a time (:func:`compile_locked`):
+processes that need the same kernel while its cache is cold (two servers and their devices started
+together, the workers of a test run) took the same seconds of CPU each to compile the same code; with
+the lock the first compiles and saves it, the others wait and load what it saved.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import functools
 import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from numba.core import caching
+from numba.core import caching, dispatcher
+from numba.core.compiler_lock import global_compiler_lock
 
-__all__ = ["DEPENDENCIES", "dependency_stamp"]
+__all__ = ["DEPENDENCIES", "compile_locked", "dependency_stamp"]
+
+#: this package's directory: the kernels whose compilations :func:`compile_locked` serializes lie under it
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+#: the longest wait for another process's compilation of a kernel; past it this process compiles too
+#: (numba's cache tolerates that: it is what happened without the lock)
+LOCK_WAIT_S = 600.0
 
 #: kernel module file -> the files of this package whose code its kernels compile in (intrinsics)
 DEPENDENCIES: dict[str, tuple[str, ...]] = {
@@ -68,14 +86,97 @@ def _with_dependencies(base: type) -> type:
         "__doc__": f"numba's {base.__name__}, stamped with the kernel module's dependencies too."})
 
 
+#: lock file -> its descriptor, for the locks this process holds (a compilation that needs another kernel
+#: compiled takes that kernel's lock too; one already held is not taken again)
+_HELD: dict[str, int] = {}
+
+
+@contextmanager
+def compile_locked(cache: Any) -> Iterator[None]:
+    """Hold an exclusive lock (``flock``) on the file ``<index>.lock`` next to the on-disk cache
+    index of ``cache`` (a dispatcher's ``_cache``) for the block: one process of this machine at a
+    time compiles that kernel, and a process that waited finds the code the holder saved.
+
+    Nothing is locked (the block runs at once) where the kernel has no on-disk cache (numba's
+    ``NullCache``), this process holds that lock already, the lock file cannot be opened or locked
+    (a read-only cache directory, a file system without ``flock``), or another process held it for
+    :data:`LOCK_WAIT_S`.  The lock is the open file's: the kernel drops it when the holder exits,
+    killed or not, so a dead holder never blocks the others (a forked child closes the copies it
+    inherited: :func:`_forget_in_child`)."""
+    index = getattr(getattr(cache, "_cache_file", None), "_index_path", None)
+    path = index + ".lock" if isinstance(index, str) else None
+    fd = -1
+    if path is not None and path not in _HELD:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError:
+            fd = -1
+    if fd >= 0 and not _acquire(fd, time.monotonic() + LOCK_WAIT_S):
+        os.close(fd)
+        fd = -1
+    if fd < 0:
+        yield
+        return
+    _HELD[path] = fd  # type: ignore[index]
+    try:
+        yield
+    finally:
+        del _HELD[path]  # type: ignore[arg-type]
+        os.close(fd)  # closing the only descriptor of the open file releases its lock
+
+
+def _forget_in_child() -> None:
+    """After a fork: close the child's copies of the lock files the parent held (they share the
+    parent's open files, and so its locks, which the parent releases when its compilation ends)."""
+    for fd in _HELD.values():
+        os.close(fd)
+    _HELD.clear()
+
+
+def _acquire(fd: int, deadline: float) -> bool:
+    """Whether ``fd``'s exclusive ``flock`` was taken before ``deadline`` (polled: 5 ms doubling to 100 ms)."""
+    pause = 0.005
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() >= deadline:
+                return False
+        time.sleep(pause)
+        pause = min(2 * pause, 0.1)
+
+
+def _locking(compile_: Callable[..., Any]) -> Callable[..., Any]:
+    """numba's ``Dispatcher.compile`` run under :func:`compile_locked` for this package's cached
+    kernels (their code found in the on-disk cache, or compiled and saved there, by one process at
+    a time); other functions compile as before.  numba's compiler lock (one compilation at a time in
+    a process, re-entrant) is taken first, so that two threads never hold kernels' locks in opposite
+    orders; between processes a compilation takes the locks of the kernels it calls after its own,
+    down the call graph, which has no cycle."""
+
+    @functools.wraps(compile_)
+    def compile(self: Any, sig: Any) -> Any:
+        if not getattr(self.py_func, "__code__", None) or not self.py_func.__code__.co_filename.startswith(_PACKAGE):
+            return compile_(self, sig)
+        with global_compiler_lock, compile_locked(self._cache):
+            return compile_(self, sig)
+
+    compile.__secemb_locked__ = True  # type: ignore[attr-defined]
+    return compile
+
+
 def _register() -> None:
     impl = getattr(caching, "CacheImpl", None)
     classes = getattr(impl, "_locator_classes", None)
-    if not isinstance(classes, list) or any(c.__name__.startswith("Secemb") for c in classes):
-        return
-    bases = [getattr(caching, n, None) for n in ("UserProvidedCacheLocator", "InTreeCacheLocator",
-                                                  "UserWideCacheLocator")]
-    classes[:0] = [_with_dependencies(b) for b in bases if b is not None]
+    if isinstance(classes, list) and not any(c.__name__.startswith("Secemb") for c in classes):
+        bases = [getattr(caching, n, None) for n in ("UserProvidedCacheLocator", "InTreeCacheLocator",
+                                                      "UserWideCacheLocator")]
+        classes[:0] = [_with_dependencies(b) for b in bases if b is not None]
+    cls = getattr(dispatcher, "Dispatcher", None)
+    if cls is not None and not getattr(cls.compile, "__secemb_locked__", False):
+        cls.compile = _locking(cls.compile)
+        os.register_at_fork(after_in_child=_forget_in_child)
 
 
 _register()

@@ -84,12 +84,14 @@ def available() -> bool:
 
     It imports numba (a numba that refuses this numpy raises ``ImportError``: the reference is
     used then) but not numba's registries, which :mod:`secemb.fss._aesni` loads when a kernel
-    is first used.
+    is first used.  It registers :mod:`secemb.fss._kernel_cache` (the kernels' cache keys and
+    their compile lock) before any kernel compiles.
     """
     try:
         import numba  # noqa: F401
     except ImportError:
         return False
+    from secemb.fss import _kernel_cache  # noqa: F401 - before any kernel compiles: its cache locators and compile lock
     return bool(host_cpu_features().get("aes"))
 
 
