@@ -13,6 +13,7 @@ import os
 
 import numpy as np
 import pytest
+from range_batches import honest_device
 
 from secemb.fss import kernels
 from secemb.fss import rangeproof as R
@@ -30,11 +31,9 @@ def _batch(params: R.RangeParams, n: int, gen: np.random.Generator) -> tuple:
     half = 2 ** (params.bits - 1)
     a_rows, b_rows, msgs, contexts, bad = [], [], [], [], []
     for d in range(n):
-        values = gen.integers(-half, half, params.rows)
-        a = gen.integers(0, 2**K, params.rows).astype(np.uint64)
-        b = ((values.astype(np.int64) - a.astype(np.int64)) % 2**K).astype(np.uint64)
         contexts.append(b"device %d" % d)
-        msgs.append(R.prove(params, a, b, contexts[-1]))
+        a, b, proof = honest_device(params, gen, contexts[-1])
+        msgs.append(proof)
         if d % 5 == 4:  # the ring shares say one row is out of range: the proof no longer matches them
             b = b.copy()
             b[0] = (int(b[0]) + half) % 2**K

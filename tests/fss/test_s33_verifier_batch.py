@@ -22,6 +22,7 @@ import os
 
 import numpy as np
 import pytest
+from range_batches import honest_batch
 
 from secemb.errors import InvalidMessage
 from secemb.fss import field as F
@@ -38,22 +39,12 @@ def _batch(params: R.RangeParams, n: int, gen: np.random.Generator) -> tuple:
     """n honest devices' parsed shares for both servers, their ring shares and contexts (of two
     lengths where n is odd and above 1, so both of the joint randomness' hashing paths run), with
     every third device's server-0 shares replaced by uniform field elements."""
-    half = 2 ** (params.bits - 1)
-    a_rows, b_rows, msgs, contexts = [], [], [], []
-    for d in range(n):
-        values = gen.integers(-half, half, params.rows)
-        a = gen.integers(0, 2**K, params.rows).astype(np.uint64)
-        b = ((values.astype(np.int64) - a.astype(np.int64)) % 2**K).astype(np.uint64)
-        contexts.append(b"device %02d" % d + (b"+" if n % 2 and d % 2 else b""))
-        msgs.append(R.prove(params, a, b, contexts[-1]))
-        a_rows.append(a)
-        b_rows.append(b)
-    s0 = R.parse(params, 0, [m0 for m0, _ in msgs])
-    s1 = R.parse(params, 1, [m1 for _, m1 in msgs])
+    contexts = [b"device %02d" % d + (b"+" if n % 2 and d % 2 else b"") for d in range(n)]
+    s0, s1, a, b = honest_batch(params, gen, contexts)
     noise = [d for d in range(n) if d % 3 == 2]
     s0.inputs[noise] = gen.integers(0, F.P, (len(noise), s0.inputs.shape[1]), dtype=np.uint64)
     s0.proofs[noise] = gen.integers(0, F.P, (len(noise), s0.proofs.shape[1]), dtype=np.uint64)
-    return s0, s1, np.array(a_rows), np.array(b_rows).astype(np.uint32), contexts, noise
+    return s0, s1, a, b, contexts, noise
 
 
 @pytest.mark.parametrize(("rows", "bits"), SHAPES)

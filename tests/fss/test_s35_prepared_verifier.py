@@ -11,6 +11,7 @@ import os
 
 import numpy as np
 import pytest
+from range_batches import honest_batch
 
 from secemb.errors import InvalidParameters
 from secemb.fss import field as F
@@ -25,21 +26,11 @@ def _batch(params: R.RangeParams, n: int) -> tuple:
     """n devices' proofs parsed by both servers, their ring shares and contexts; device 1's server-0
     witness shares replaced (it must fail)."""
     gen = np.random.default_rng(35)
-    half = 2 ** (params.bits - 1)
-    a_rows, b_rows, msgs, contexts = [], [], [], []
-    for d in range(n):
-        values = gen.integers(-half, half, params.rows)
-        a = gen.integers(0, 2**K, params.rows).astype(np.uint64)
-        b = ((values.astype(np.int64) - a.astype(np.int64)) % 2**K).astype(np.uint64)
-        contexts.append(b"device %02d" % d)
-        msgs.append(R.prove(params, a, b, contexts[-1]))
-        a_rows.append(a)
-        b_rows.append(b)
-    s0 = R.parse(params, 0, [m0 for m0, _ in msgs])
-    s1 = R.parse(params, 1, [m1 for _, m1 in msgs])
+    contexts = [b"device %02d" % d for d in range(n)]
+    s0, s1, a, b = honest_batch(params, gen, contexts)
     if n > 1:
         s0.inputs[1] = gen.integers(0, F.P, s0.inputs.shape[1], dtype=np.uint64)
-    return s0, s1, np.array(a_rows), np.array(b_rows).astype(np.uint32), contexts
+    return s0, s1, a, b, contexts
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

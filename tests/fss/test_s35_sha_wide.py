@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
+from guard_pages import run_guarded
 
 from secemb.fss import kernels
 
@@ -85,27 +84,10 @@ def test_hmac_rows_take_the_wide_groups_too(n: int) -> None:
 
 
 _GUARDED = """
-import ctypes, hashlib, mmap
-import numpy as np
+import hashlib
 from secemb.fss import _shani
 from secemb.fss.hashing import sha256_many
-PAGE = mmap.PAGESIZE
-libc = ctypes.CDLL(None, use_errno=True)
-libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 rng = np.random.default_rng(35)
-
-def place(a, at):
-    # a copy of a between two PROT_NONE pages, its last byte the last before the upper one (at="end")
-    # or its first the first after the lower one (at="start")
-    pages = -(-a.nbytes // PAGE) + 2
-    mm = mmap.mmap(-1, pages * PAGE)
-    base = np.frombuffer(mm, np.uint8)
-    for off in (0, (pages - 1) * PAGE):
-        assert libc.mprotect(base.ctypes.data + off, PAGE, 0) == 0
-    lo = PAGE if at == "start" else (pages - 1) * PAGE - a.nbytes
-    g = base[lo : lo + a.nbytes].reshape(a.shape)
-    g[...] = a
-    return g
 
 count = 0
 for p in (0, 8, 64, 70):
@@ -127,7 +109,4 @@ def test_wide_groups_read_nothing_outside_the_rows() -> None:
     """Rows against a guard page at either end, in order and reversed (a negative stride): a read one
     byte outside them would end the child with SIGSEGV (the technique of
     ``tests/fss/test_s24_address_kernels_review.py``, whose own check shows the guard catches one byte)."""
-    got = subprocess.run([sys.executable, "-c", textwrap.dedent(_GUARDED)], capture_output=True, text=True,
-                         timeout=300, check=False)
-    assert got.returncode == 0, (got.returncode, got.stderr[-2000:])
-    assert got.stdout.split()[:2] == ["HASHED", str(4 * 10 * 4 * 2 * 2)]
+    assert run_guarded(_GUARDED, timeout=300)[:2] == ["HASHED", str(4 * 10 * 4 * 2 * 2)]

@@ -37,13 +37,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
-import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from guard_pages import run_guarded
 
 from secemb.errors import InvalidParameters
 from secemb.fss import kernels
@@ -150,27 +149,8 @@ def test_hmac_rows_refuse_as_before(bad: str) -> None:
         hmac_sha256_many(keys, head, tails)
 
 
-_GUARD = """
-import ctypes, mmap
-import numpy as np
-PAGE = mmap.PAGESIZE
-libc = ctypes.CDLL(None, use_errno=True)
-libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 
-def place(a, at):
-    # a copy of a between two PROT_NONE pages, against the upper ("end") or the lower ("start") one
-    pages = -(-a.nbytes // PAGE) + 2
-    mm = mmap.mmap(-1, pages * PAGE)
-    base = np.frombuffer(mm, np.uint8)
-    for off in (0, (pages - 1) * PAGE):
-        assert libc.mprotect(base.ctypes.data + off, PAGE, 0) == 0
-    lo = PAGE if at == "start" else (pages - 1) * PAGE - a.nbytes
-    g = base[lo : lo + a.nbytes].view(a.dtype).reshape(a.shape)
-    g[...] = a
-    return g
-"""
-
-_GUARDED_HMAC = _GUARD + """
+_GUARDED_HMAC = """
 import hmac, os
 from secemb.fss.hashing import hmac_sha256_many
 count = 0
@@ -192,10 +172,7 @@ print("HMACS", count)
 @SHA
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's mprotect")
 def test_hmac_rows_read_nothing_outside_keys_and_tails() -> None:
-    got = subprocess.run([sys.executable, "-c", textwrap.dedent(_GUARDED_HMAC)], capture_output=True, text=True,
-                         timeout=120, check=False)
-    assert got.returncode == 0, (got.returncode, got.stderr[-2000:])
-    assert got.stdout.split() == ["HMACS", str(4 * 2 * 5 * 2 * 2)]
+    assert run_guarded(_GUARDED_HMAC) == ["HMACS", str(4 * 2 * 5 * 2 * 2)]
 
 
 # --- the row stream: AES-128-CTR -----------------------------------------------------------------------------
@@ -249,7 +226,7 @@ def test_ctr_streams_refuse_shapes_and_layouts(bad: str) -> None:
     assert (out == before).all()
 
 
-_GUARDED_CTR = _GUARD + """
+_GUARDED_CTR = """
 import os
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from secemb.fss._projection_kernels import CTR_BYTES, ctr_streams
@@ -272,10 +249,7 @@ print("STREAMS", count)
 @COMPILED
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's mprotect")
 def test_ctr_streams_touch_nothing_outside_keys_and_rows() -> None:
-    got = subprocess.run([sys.executable, "-c", textwrap.dedent(_GUARDED_CTR)], capture_output=True, text=True,
-                         timeout=120, check=False)
-    assert got.returncode == 0, (got.returncode, got.stderr[-2000:])
-    assert got.stdout.split() == ["STREAMS", str(3 * 2 * 2 * 2)]
+    assert run_guarded(_GUARDED_CTR) == ["STREAMS", str(3 * 2 * 2 * 2)]
 
 
 @COMPILED
