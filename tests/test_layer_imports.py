@@ -80,8 +80,6 @@ LAZY_TARGETS = {
                                        "uploads with kernels)",
     "secemb.fss._sketch_device_kernels": "numba compiles or loads the device's sketch inputs (only a device "
                                          "uploading to sketch-checking servers, with kernels)",
-    "secemb.fss._sketch_seed_kernels": "numba compiles or loads the servers' fused sketch seeds and expansion (only "
-                                       "sketch-checking servers with the SHA-NI kernel)",
     "secemb.fss.fused": "numba kernels (seconds to compile)",
     "secemb.fss._kernel_cache": "numba's caching and dispatcher (only where numba imports: kernels.available)",
     "secemb.fss.gpu": "torch and a CUDA device (the gpu extra)",

@@ -85,8 +85,8 @@ OTHER_CRYPTO: dict[str, tuple[tuple[str, str], ...]] = {
                        ("secemb.protocols.secemb.server", "SecEmbServer.upload_digests")),
     "row tags": (("secemb.fss.hashing", "sha256_many"),),
     "sketch seeds": tuple(("secemb.protocols.secemb.checks", f) for f in (
-        "round_secret", "sketch_seeds", "sketch_seeds_expanded", "sketch_halves", "sketch_half_rows", "query_seeds",
-        "query_seed_rows", "binding", "bindings", "binding_rows")),
+        "round_secret", "sketch_seeds", "sketch_halves", "sketch_half_rows", "query_seeds", "query_seed_rows",
+        "binding", "bindings", "binding_rows")),
     "sketch proof": (*(("secemb.fss.sketch", f) for f in ("expand", "device_inputs", "device_inputs_many")),
                      *(("secemb.fss.sketchproof", f) for f in ("prove", "prove_many", "server1_shares",
                                                                 "verifier_messages", "verify"))),

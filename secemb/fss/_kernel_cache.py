@@ -52,8 +52,6 @@ DEPENDENCIES: dict[str, tuple[str, ...]] = {
     "_sketch_kernels.py": ("_aesni.py",),
     "_sketchproof_kernels.py": ("_sketch_kernels.py",),
     "_sketch_device_kernels.py": ("_sketch_kernels.py", "_aesni.py", "_rangeproof_kernels.py"),
-    "_sketch_seed_kernels.py": ("_shani.py", "_keccak.py", "_sketch_device_kernels.py", "_sketch_kernels.py",
-                                "_aesni.py", "_rangeproof_kernels.py"),
 }
 
 

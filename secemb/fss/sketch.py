@@ -64,10 +64,10 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from secemb import randomness
 from secemb.errors import InvalidParameters
 from secemb.fss import field, kernels
-from secemb.fss.hashing import hmac_sha256_many, row_bytes, sha256_many, shake128_many
+from secemb.fss.hashing import sha256_many, shake128_many
 from secemb.randomness import DRBG_DOMAIN  # drbg_key's prefix: a batch's AES-256 keys hashed in one sha256_many call
 
-__all__ = ["SKETCH_SEED_BYTES", "SKETCH_WORDS", "EXPAND_TAG", "Expanded", "expand", "hmac_expand", "leaf_hashes",
+__all__ = ["SKETCH_SEED_BYTES", "SKETCH_WORDS", "EXPAND_TAG", "Expanded", "expand", "leaf_hashes",
            "SketchCheck", "device_inputs", "device_inputs_many", "server_inputs", "server_inputs_many"]
 
 #: bytes of a device's sketch seed ``c_u``
@@ -114,14 +114,6 @@ class Expanded:
     def size(self) -> int:
         """``mp``, the padded domain the positions run over."""
         return self.r.shape[1]
-
-    def rows(self, lo: int, hi: int) -> Expanded:
-        """Devices ``lo..hi-1``'s expansions (views of these arrays; their :attr:`round_keys` too
-        where computed): what :func:`expand` of their seeds alone gives."""
-        out = Expanded(self.keys[lo:hi], self.r[lo:hi], self.r2[lo:hi])
-        if "round_keys" in self.__dict__:
-            out.__dict__["round_keys"] = self.round_keys[lo:hi]
-        return out
 
     @cached_property
     def round_keys(self) -> np.ndarray:
@@ -182,52 +174,6 @@ def _expand_compiled(blob: np.ndarray, keys: np.ndarray, mp: int) -> Expanded:
     out = Expanded(keys, r, r2)
     out.__dict__["round_keys"] = rks  # the cached property's value, computed with the rest (as round_keys would)
     return out
-
-
-def hmac_expand(key: bytes, head: bytes, tails: np.ndarray, mp: int) -> tuple[list[bytes], Expanded]:
-    """Sketch seeds derived by HMAC and expanded: ``c_i = HMAC-SHA256(key, head || tails[i])[:16]``
-    for every row of ``tails`` (uint8 (n, L)) as ``n`` bytes, and :func:`expand` of them over ``mp``
-    positions.  With the SHA-NI kernel (:func:`secemb.fss.kernels.sha_compiled`) one compiled call for
-    the batch (:func:`secemb.fss._sketch_seed_kernels.hmac_expand_core`: the HMACs, SHAKE rows,
-    streams' keys and the rest of :func:`_expand_compiled` without a Python step between them); else
-    :func:`~secemb.fss.hashing.hmac_sha256_many` then :func:`expand`, the reference -- the same bytes
-    (``tests/fss/test_s35_hmac_expand.py``).
-
-    Raises
-    ------
-    InvalidParameters: ``head`` not bytes, ``tails`` not 2-D uint8, a key longer than 64 bytes
-        (:func:`~secemb.fss.hashing.hmac_sha256_many`), or ``mp < 1``.
-    """
-    keys = np.frombuffer(key, np.uint8).reshape(1, -1)
-    n = len(tails)
-    checked = (isinstance(tails, np.ndarray) and tails.dtype == np.uint8 and tails.ndim == 2 and isinstance(head, bytes)
-               and keys.shape[1] <= 64 and mp >= 1)  # else the reference refuses them
-    if not (kernels.sha_compiled() and n and checked):
-        seeds = row_bytes(hmac_sha256_many(keys, head, tails), SKETCH_SEED_BYTES)
-        return seeds, expand(seeds, mp)
-    seeds_rows = np.empty((n, SKETCH_SEED_BYTES), np.uint8)
-    words = np.empty((n, 4), "<u8")
-    blob, ctr_keys = words.view(np.uint8), np.empty((n, 32), np.uint8)
-    r, r2 = np.empty((n, mp), np.uint64), np.empty((n, mp), np.uint64)
-    rks = np.empty((n, 11, 2 * _compiled_sketch().LANES), np.uint64)
-    _seed_kernels().hmac_expand_core(keys, np.frombuffer(head, np.uint8), np.ascontiguousarray(tails),
-                                     np.frombuffer(EXPAND_TAG, np.uint8), np.frombuffer(DRBG_DOMAIN, np.uint8),
-                                     _seed_kernels().WIDE_LEAST, seeds_rows, words, blob, ctr_keys, r, r2, rks)
-    keys_u = np.ascontiguousarray(blob[:, :_AES_KEY_BYTES])
-    for a in (keys_u, r, r2, rks):
-        a.flags.writeable = False
-    out = Expanded(keys_u, r, r2)
-    out.__dict__["round_keys"] = rks  # as _expand_compiled sets it
-    return row_bytes(seeds_rows), out
-
-
-@cache
-def _seed_kernels() -> ModuleType:
-    """The fused seed kernel's module (:mod:`secemb.fss._sketch_seed_kernels`), imported once a
-    process where the SHA-NI kernel runs."""
-    from secemb.fss import _sketch_seed_kernels
-
-    return _sketch_seed_kernels
 
 
 def _check_seeds(seeds: Sequence[bytes], mp: int) -> None:

@@ -35,7 +35,7 @@ from secemb.fss.convert import convert, convert_add
 from secemb.fss.cuckoo import NUM_HASHES, CuckooLayout
 from secemb.fss.hashing import hmac_sha256_many, sha256_many
 from secemb.fss.linalg import LimbMatrix
-from secemb.fss.sketch import SketchCheck, expand, hmac_expand
+from secemb.fss.sketch import SketchCheck, expand
 
 if TYPE_CHECKING:
     from secemb.fss.gpu import DeviceTable
@@ -308,8 +308,7 @@ def warm_kernels() -> None:
     masks); one payload conversion
     (dense masks) and one batch of SHA-256 rows (row tags, key
     digests: the kernel reads rows of any layout by address, one signature), HMACs of rows (keys and rows
-    read-only or not: sketch seeds, seed tags, relay sub-keys), a batch's sketch seeds derived and expanded in
-    one call; requests' keys parsed
+    read-only or not: sketch seeds, seed tags, relay sub-keys); requests' keys parsed
     from the rows of one array (several rows and one: the seed words' two layouts).  With the numpy
     reference it only runs that reference."""
     from secemb.fss.fused import (RETRIEVAL_TAG, bits_product, retrieve_and_prepare, retrieve_and_prepare_buckets,
@@ -344,8 +343,6 @@ def warm_kernels() -> None:
             mac_keys, tails = np.zeros((1, 16), np.uint8), np.zeros((1, 8), np.uint8)
             mac_keys.flags.writeable, tails.flags.writeable = not keys_ro, not rows_ro
             hmac_sha256_many(mac_keys, b"", tails)
-    # a relay round's sketch seeds and their expansion, one call (the key and head from bytes, the tails an array)
-    hmac_expand(bytes(32), b"", np.zeros((1, 40), np.uint8), 16)
     # requests parsed as a server parses them: the rows of one array of request bodies, two and one
     keys = fss.gen(alphas, np.ones((4, 1), np.uint32), 16)[0]
     rows = np.zeros((2, fss.keys.HEADER_BYTES + 2 * keys.params.key_bytes), np.uint8)

@@ -8,8 +8,7 @@ hashes gains a signature.  Only the devices' cuckoo placement (``cuckoo_assign``
 server's round) may.  Before session 23 the round added the close's control-bit product, the
 point-function check, the payload conversion, the gathered bucket form's product and both SHA-256 row
 signatures; session 27 (helper K) adds the close's compiled scatter onto items (``secemb.fss._scatter_kernels``),
-helper N the requests' key parsing (``parse_path_fields``: rows of a wider array, several and one); session 35
-(helper K2) a relay server's fused sketch seeds and expansion (``_sketch_seed_kernels.hmac_expand_core``).
+helper N the requests' key parsing (``parse_path_fields``: rows of a wider array, several and one).
 """
 
 from __future__ import annotations
@@ -25,15 +24,14 @@ from secemb.fss import kernels
 _RUN = """
 import json
 import secemb.fss._numba_kernels as k
-from secemb.fss import _scatter_kernels, _shani, _sketch_seed_kernels
+from secemb.fss import _scatter_kernels, _shani
 from secemb.protocols.backends import warm_kernels
 from secemb.training import Experiment, run_experiment
 
 warm_kernels()
 found = {**{"kernels." + n: d for n, d in vars(k).items() if hasattr(d, "signatures")},
          **{"shani." + n: d for n, d in vars(_shani).items() if hasattr(d, "signatures")},
-         **{"scatter." + n: d for n, d in vars(_scatter_kernels).items() if hasattr(d, "signatures")},
-         "seed.hmac_expand_core": _sketch_seed_kernels.hmac_expand_core}  # its module's own kernel, not its imports
+         **{"scatter." + n: d for n, d in vars(_scatter_kernels).items() if hasattr(d, "signatures")}}
 before = {n: len(d.signatures) for n, d in found.items()}
 run_experiment(Experiment(dataset="synthetic-mini", protocol="secemb", epochs=1))
 added = {n: len(d.signatures) - before[n] for n, d in found.items() if len(d.signatures) != before[n]}

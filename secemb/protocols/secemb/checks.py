@@ -24,17 +24,15 @@ import numpy as np
 
 from secemb.errors import InvalidParameters
 from secemb.fss.hashing import bytes_rows, hmac_sha256_many, row_bytes, sha256_many
-from secemb.fss.sketch import SKETCH_SEED_BYTES, Expanded, hmac_expand
+from secemb.fss.sketch import SKETCH_SEED_BYTES
 from secemb.protocols.secemb.sizes import MAC_KEY_BYTES, SEED_TAG_BYTES, TAG_BYTES, U64
 
 __all__ = ["SKETCH_KEY_BYTES", "VERIFY_DOMAIN", "binding", "binding_rows", "bindings", "bound_challenges", "half_tags",
            "key_digests", "query_seed_rows", "query_seeds", "relay_subkey", "relay_subkeys", "round_secret", "row_tags",
            "seed_tag", "seed_tags",
-           "sketch_half_rows", "sketch_halves", "sketch_seeds", "sketch_seeds_expanded", "suffix_tags"]
+           "sketch_half_rows", "sketch_halves", "sketch_seeds", "suffix_tags"]
 
 _ROW_TAG_DOMAIN = b"secemb-row-tag"
-#: the prefix of the sketch seeds' HMAC (:func:`sketch_seeds`)
-_SKETCH_DOMAIN = b"secemb-sketch"
 #: verified uploads (docs/security.md, "A malicious device"): the domain of the per-user digest
 #: the servers compare
 VERIFY_DOMAIN = b"secemb-verify-upload"
@@ -138,15 +136,7 @@ def sketch_seeds(s_round: bytes, round_id: int, users: list[int], digests: list[
     round || u64 user || D)[:16]``, ``D`` (32 bytes) the digest of the key part server 0 forwards
     (both servers hold the same: server 1 checks the forward against it); one batch
     (:func:`_hmac_many`)."""
-    return _hmac_many(s_round, _SKETCH_DOMAIN + U64.pack(round_id), _user_tails(users, digests))
-
-
-def sketch_seeds_expanded(s_round: bytes, round_id: int, users: list[int], digests: list[bytes],
-                          mp: int) -> tuple[list[bytes], Expanded]:
-    """:func:`sketch_seeds` and their :func:`~secemb.fss.sketch.expand` over ``mp`` padded positions
-    (what a server's walk sketches with), as one batch: :func:`~secemb.fss.sketch.hmac_expand` (one
-    compiled call with the SHA-NI kernel), the same seeds and expansion."""
-    return hmac_expand(s_round, _SKETCH_DOMAIN + U64.pack(round_id), _user_tails(users, digests), mp)
+    return _hmac_many(s_round, b"secemb-sketch" + U64.pack(round_id), _user_tails(users, digests))
 
 
 def sketch_halves(s_round: bytes, round_id: int, users: list[int], digests: list[bytes]) -> list[tuple[bytes, bytes]]:

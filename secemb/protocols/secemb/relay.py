@@ -447,14 +447,9 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
         where = [i for i in where if i not in failed]
         digests = [q.digest for q in requests]
         sketch = self._sketch_seeds(users, digests)
-        seeds, expanded = (None, None) if sketch is None else (sketch[0], sketch[2])
-        # verified uploads: server 1 vouches for each device's sketch seed to the device, under the key
-        # server 0 never sees (its tag follows the masked answer, server 0 passes it on); derived here,
-        # beside the seeds and before the walk streams the tables through the caches, not in commit()
-        tags = [b""] * len(users) if seeds is None else seed_tags([self._awaiting[u].mac_key for u in users],
-                                                                   cfg.round_id, seeds)
+        seeds = None if sketch is None else sketch[0]
         challenges = self._bound_challenges(users, digests)
-        evaluated = self._evaluate_requests(requests, expanded, challenges) if requests else None
+        evaluated = self._evaluate_requests(requests, seeds, challenges) if requests else None
 
         def commit() -> list[bytes | SecembError]:
             if self.config is not cfg:
@@ -469,6 +464,10 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
             self._direct_of.update(zip(users, directs, strict=True))
             shape = (cfg.slots, cfg.width + tag_words(cfg))
             framer = Framer(NAME, "relay_answer", 1, cfg.round_id, relay_answer_bytes(cfg, self.verify))
+            # verified uploads: server 1 vouches for each device's sketch seed to the device, under
+            # the key server 0 never sees (its tag follows the masked answer, server 0 passes it on)
+            tags = [b""] * len(users) if seeds is None else seed_tags([d.mac_key for d in directs], cfg.round_id,
+                                                                       seeds)
 
             def masked(batch: list[tuple[np.ndarray, bytes, bytes]]) -> list[bytes]:
                 """The relay answers of a range of users: their shares plus their masks, each mask

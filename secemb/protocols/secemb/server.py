@@ -59,7 +59,7 @@ from secemb.protocols.secemb.checks import (
     round_secret,
     row_tags,
     sketch_half_rows,
-    sketch_seeds_expanded,
+    sketch_seeds,
 )
 from secemb.protocols.secemb.sizes import (
     BIND_BYTES,
@@ -328,14 +328,14 @@ class SecEmbServer(ServerRole):
             raise ProtocolError(f"user {user_id} already retrieved in round {self._cfg().round_id}")
 
     # -- retrieval ---------------------------------------------------------------------
-    def _evaluate(self, keys: fss.DPFKeys, expanded: Expanded | None = None, sums: bool = False,
+    def _evaluate(self, keys: fss.DPFKeys, seeds: list[bytes] | None = None, sums: bool = False,
                   challenges: list[bytes] | None = None) -> _Evaluated:
         """Per-user answers and control bits, and the summed folded part, for a batch of
         users' keys (user-major: user ``u``'s are keys ``u S .. u S + S - 1``), chunked over
         the backend's workers: by users, or (cuckoo layout, CPU) by ranges of buckets, so that
         each task folds into its own buckets' rows and nothing table-sized is summed across
-        tasks.  With ``expanded`` (verified uploads: the users' expanded sketch seeds ``c_u``,
-        :meth:`_sketch_seeds`), also each user's sketch values uint64 (S, 3) from the same walk
+        tasks.  With ``seeds`` (verified uploads: the users' sketch seeds ``c_u``, 16 bytes each),
+        also each user's sketch values uint64 (S, 3) from the same walk
         (:class:`~secemb.fss.sketch.SketchCheck`), else ``None``.  With ``sums`` (bounded payloads),
         also each user's :class:`~secemb.fss.fused.PayloadSums` from the same walk (``None`` on the
         gpu backend, whose walk does not sum them).  With ``challenges`` (bounded payloads, full
@@ -352,13 +352,13 @@ class SecEmbServer(ServerRole):
         if cfg.layout == "cuckoo" and self._device is None:
             fold = leaves * cfg.width * cfg.dtype.itemsize  # the bucket rows the walk folds into
             return self._evaluate_buckets(keys, max(-(-n * per_user // EVAL_BYTES), -(-fold // FOLD_BYTES)),
-                                          expanded, sums)
+                                          None if seeds is None else expand(seeds, mp), sums)
         tasks_n = max(min(n, self.backend.workers), -(-n // max(1, EVAL_BYTES // per_user)))
         form = "device" if self._device is not None else cfg.layout  # the table's form (secemb.fss.tasks)
         project = challenges is not None and form == "full"
         length = cfg.num_items * cfg.width + cfg.dense_size  # of the proven vector x_b
         tasks = [(form, self.party, keys[lo * cfg.slots : hi * cfg.slots], self._table, cfg.width, None,
-                  None if expanded is None else (expanded.rows(lo, hi), cfg.slots),
+                  None if seeds is None else (expand(seeds[lo:hi], mp), cfg.slots),
                   (cast("list[bytes]", challenges)[lo:hi], length, ROWS) if project else sums)
                  for lo, hi in ranges(n, tasks_n)]
         results = self.backend.map(evaluate_projected_task if project else evaluate_task, tasks)
@@ -368,7 +368,7 @@ class SecEmbServer(ServerRole):
         slots = cfg.slots
         answers = [r[0][i * slots : (i + 1) * slots] for r in results for i in range(len(r[0]) // slots)]
         bits = [r[1][i * slots : (i + 1) * slots] for r in results for i in range(len(r[1]) // slots)]
-        values = None if expanded is None else np.concatenate([np.asarray(r[3]).reshape(-1, slots, 3) for r in results])
+        values = None if seeds is None else np.concatenate([np.asarray(r[3]).reshape(-1, slots, 3) for r in results])
         if project:
             return answers, bits, folded, values, None, np.concatenate([r[4] for r in results])
         got = [r[4] for r in results if r[4] is not None]
@@ -522,9 +522,9 @@ class SecEmbServer(ServerRole):
         by ``rest`` (uint8: its keys' fields after the roots): nothing without relay."""
         return None
 
-    def _evaluate_requests(self, requests: list[Request], expanded: Expanded | None,
+    def _evaluate_requests(self, requests: list[Request], seeds: list[bytes] | None,
                            challenges: list[bytes] | None = None) -> _Evaluated:
-        """:meth:`_evaluate` of parsed requests, with their users' ``expanded`` sketch seeds (verified
+        """:meth:`_evaluate` of parsed requests, with their users' sketch ``seeds`` (verified
         uploads, :meth:`_sketch_seeds`; else ``None``) and bound ``challenges`` (bounded payloads,
         full layout, :meth:`_bound_challenges`; else ``None``): their keys are a view of the batch
         they were parsed into where they are its consecutive blocks (a whole batch, usually), else
@@ -537,7 +537,7 @@ class SecEmbServer(ServerRole):
             keys = fss.DPFKeys.concat([q.keys for q in requests])
         # bounded payloads: cuckoo layout, the payload sums its check projects; full layout, the projections
         # of the folded part under each user's challenge
-        return self._evaluate(keys, expanded, self._bound is not None and self._cfg().layout == "cuckoo", challenges)
+        return self._evaluate(keys, seeds, self._bound is not None and self._cfg().layout == "cuckoo", challenges)
 
     def _bound_challenges(self, users: list[int], digests: list[bytes]) -> list[bytes] | None:
         """Bounded payloads, full layout: per user of ``users`` (with its key digest:
@@ -549,30 +549,24 @@ class SecEmbServer(ServerRole):
             return None
         return bound_challenges(self._secret, self._cfg().round_id, users, digests)
 
-    def _sketch_seeds(self, users: list[int],
-                      digests: list[bytes]) -> tuple[list[bytes], list[bytes], Expanded] | None:
+    def _sketch_seeds(self, users: list[int], digests: list[bytes]) -> tuple[list[bytes], list[bytes]] | None:
         """Verified uploads: per user of ``users`` (with its key digest: :attr:`Request.digest`) its
-        sketch seed ``c_u``, the one its walk sketches with, what this server's reply carries of
-        it, and the seeds' expansion over the round's padded domain (:func:`~secemb.fss.sketch.expand`,
-        what the walk takes) -- with relay ``c_u`` itself (server 0's reply, which adds server 1's
-        tag of it), the seeds and their expansion one batch
-        (:func:`~secemb.protocols.secemb.checks.sketch_seeds_expanded`: one compiled call with the
-        SHA-NI kernel), without relay this server's half
+        sketch seed ``c_u``, the one its walk sketches with, and what this server's reply carries of
+        it -- with relay ``c_u`` itself (:func:`~secemb.protocols.secemb.checks.sketch_seeds`,
+        server 0's reply, which adds server 1's tag of it), without relay this server's half
         (:func:`~secemb.protocols.secemb.checks.sketch_half_rows`, ``c_u`` the XOR of both as arrays,
         each from this server's own ``K``) and this server's tag of the other server's half
         (:func:`~secemb.protocols.secemb.checks.half_tags`); ``None`` without verified uploads."""
         if not self.verify:
             return None
-        cfg = self._cfg()
-        mp = padded_leaves(key_params(cfg))
+        round_id = self._cfg().round_id
         if self.relay:
-            seeds, expanded = sketch_seeds_expanded(self._secret, cfg.round_id, users, digests, mp)
-            return seeds, seeds, expanded
-        halves = sketch_half_rows(self._secret, cfg.round_id, users, digests)
-        tags = half_tags(cfg.round_id, 1 - self.party, row_bytes(halves[1 - self.party]))
-        seeds = row_bytes(halves[0] ^ halves[1])
-        return (seeds, [h + t for h, t in zip(row_bytes(halves[self.party]), tags, strict=True)],
-                expand(seeds, mp))
+            seeds = sketch_seeds(self._secret, round_id, users, digests)
+            return seeds, seeds
+        halves = sketch_half_rows(self._secret, round_id, users, digests)
+        tags = half_tags(round_id, 1 - self.party, row_bytes(halves[1 - self.party]))
+        return (row_bytes(halves[0] ^ halves[1]),
+                [h + t for h, t in zip(row_bytes(halves[self.party]), tags, strict=True)])
 
     def _parse_batch(self, requests: list[tuple[int, bytes]]) -> list[Request | SecembError]:
         """:meth:`_parse_requests` of the requests' messages (a relay server takes some from
@@ -614,7 +608,7 @@ class SecEmbServer(ServerRole):
         digests = [q.digest for q in keys]
         sketch = self._sketch_seeds(users, digests)
         challenges = self._bound_challenges(users, digests)
-        evaluated = self._evaluate_requests(keys, None if sketch is None else sketch[2], challenges) if keys else None
+        evaluated = self._evaluate_requests(keys, None if sketch is None else sketch[0], challenges) if keys else None
 
         def commit() -> list[bytes | None | SecembError]:
             if self.config is not cfg:
