@@ -15,11 +15,9 @@ The compression function follows Intel's SHA extensions reference: the state in 
 Where the CPU has AVX-512 a batch's messages go :data:`WIDE` at a time through a second compression,
 :func:`_compress_wide` (session 35): the same SHA-256 of each message, its 32-bit words one lane of
 ``zmm`` vectors (``vprold`` rotations, ``vpternlogd`` for the three-input functions), so that one
-instruction serves :data:`WIDE` messages: 16 messages of 21 KB in 136-142 us against SHA-NI's 252 us
-on this Xeon (where more than two interleaved SHA-NI messages gained nothing).  A group of fewer than
-:data:`WIDE_LEAST` messages left takes SHA-NI (:func:`_sha_rows_wide`).  Both compressions are
-branch-free and read no table by a data-dependent address (the HMAC batches hash secret keys): their
-time depends on the batch's shape only.
+instruction serves :data:`WIDE` messages; SHA-NI's ``SHA256RNDS2`` bounds a message's rounds by its
+throughput however many messages are interleaved, 16 lanes of 512-bit vectors do not.  A group of
+fewer than :data:`WIDE_LEAST` messages left takes SHA-NI (:func:`_sha_rows_wide`).
 """
 
 from __future__ import annotations
