@@ -11,13 +11,6 @@ Hazmat layer, imported only where :func:`secemb.fss.kernels.sha_compiled` says t
 The compression function follows Intel's SHA extensions reference: the state in two vectors
 (``ABEF``, ``CDGH``), four rounds per pair of ``SHA256RNDS2`` and the message schedule by
 ``SHA256MSG1`` / ``SHA256MSG2``, two messages' compressions interleaved (:data:`LANES`).
-
-Where the CPU has AVX-512 a batch's messages go :data:`WIDE` at a time through a second compression,
-:func:`_compress_wide` (session 35): the same SHA-256 of each message, its 32-bit words one lane of
-``zmm`` vectors (``vprold`` rotations, ``vpternlogd`` for the three-input functions), so that one
-instruction serves :data:`WIDE` messages; SHA-NI's ``SHA256RNDS2`` bounds a message's rounds by its
-throughput however many messages are interleaved, 16 lanes of 512-bit vectors do not.  A group of
-fewer than :data:`WIDE_LEAST` messages left takes SHA-NI (:func:`_sha_rows_wide`).
 """
 
 from __future__ import annotations
@@ -28,9 +21,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from secemb.fss.kernels import host_cpu_features
-
-__all__ = ["WIDE", "WIDE_LEAST", "hmac_sha256_many", "sha256_many"]
+__all__ = ["hmac_sha256_many", "sha256_many"]
 
 _I32 = ir.IntType(32)
 _V4 = ir.VectorType(_I32, 4)
@@ -124,82 +115,6 @@ def _compress(typingctx, states, blocks):  # noqa: ANN001, ANN201 - numba intrin
     return types.void(types.uintp, types.uintp), codegen
 
 
-#: messages :func:`_compress_wide` hashes side by side, each a lane of 512-bit vectors of 32-bit words
-WIDE = 16
-#: the fewest messages left that take a :data:`WIDE` group (its lanes past them repeat the last one),
-#: fewer take SHA-NI; 0 where the CPU has no AVX-512 (the wide compression would be split into
-#: narrower vectors).  A wide group costs about what 8.5 messages cost on SHA-NI (messages of 21,299
-#: bytes, the robust bench's key parts: a group 136-142 us whatever its count, SHA-NI 15.7-17 us a
-#: message; 20 of them 207 against 314 us; session 35, helper K, thread time, load 2.3)
-WIDE_LEAST = 9 if host_cpu_features().get("avx512f") else 0
-_VW = ir.VectorType(_I32, WIDE)
-
-
-def _splat(value: int) -> ir.Constant:
-    return ir.Constant(_VW, [ir.Constant(_I32, value & 0xFFFFFFFF)] * WIDE)
-
-
-def _transpose_steps() -> list[tuple[int, list[int], list[int]]]:
-    """The :data:`WIDE` x :data:`WIDE` transposition of 32-bit words as four steps of two-vector
-    shuffles: step ``s`` (1, 2, 4, 8) exchanges bit ``s`` of the row and of the column, the rows
-    ``i`` and ``i + s`` (``i & s == 0``) becoming ``shuffle(row_i, row_{i+s}, lo)`` and ``..hi``
-    (indices into the two rows' 2 WIDE words)."""
-    return [(s, [k if not k & s else WIDE + k - s for k in range(WIDE)],
-             [k + s if not k & s else WIDE + k for k in range(WIDE)]) for s in (1, 2, 4, 8)]
-
-
-@intrinsic
-def _compress_wide(typingctx, states, blocks):  # noqa: ANN001, ANN201 - numba intrinsic protocol
-    """SHA-256's compression (FIPS 180-4, 6.2.2) of :data:`WIDE` independent messages, each a lane:
-    lane ``l``'s 64-byte block at the address ``blocks[l]`` (``blocks``: the address of WIDE uintp)
-    into its state, word ``j`` (``a..h``) of lane ``l`` the native uint32 at ``states + 4 (WIDE j +
-    l)``, in place.  The blocks are loaded a lane a vector and transposed (:func:`_transpose_steps`),
-    so that vector ``t`` holds every lane's message word ``t`` (big-endian: byte-swapped); the
-    schedule and the 64 rounds are the standard's, on vectors."""
-
-    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
-        i64 = ir.IntType(64)
-        fshr = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VW, [_VW] * 3), f"llvm.fshr.v{WIDE}i32")
-        bswap = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VW, [_VW]), f"llvm.bswap.v{WIDE}i32")
-        sp = builder.inttoptr(args[0], _VW.as_pointer())
-        addresses = builder.inttoptr(args[1], i64.as_pointer())
-        rows = [builder.load(builder.inttoptr(builder.load(builder.gep(addresses, [ir.Constant(i64, lane)])),
-                                              _VW.as_pointer()), align=1) for lane in range(WIDE)]
-        for s, lo, hi in _transpose_steps():
-            pairs = [(i, builder.shuffle_vector(rows[i], rows[i + s], ir.Constant(_VW, lo)),
-                      builder.shuffle_vector(rows[i], rows[i + s], ir.Constant(_VW, hi)))
-                     for i in range(WIDE) if not i & s]
-            for i, low, high in pairs:
-                rows[i], rows[i + s] = low, high
-        w = [builder.call(bswap, [r]) for r in rows]
-
-        def rotr(x: ir.Value, n: int) -> ir.Value:
-            return builder.call(fshr, [x, x, _splat(n)])
-
-        def xor3(a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
-            return builder.xor(builder.xor(a, b), c)
-
-        at = [builder.gep(sp, [ir.Constant(i64, j)]) for j in range(8)]
-        start = [builder.load(p, align=4) for p in at]
-        a, b, c, d, e, f, g, h = start
-        for t in range(64):
-            if t >= 16:  # the message schedule
-                x, y = w[t - 15], w[t - 2]
-                s0 = xor3(rotr(x, 7), rotr(x, 18), builder.lshr(x, _splat(3)))
-                s1 = xor3(rotr(y, 17), rotr(y, 19), builder.lshr(y, _splat(10)))
-                w.append(builder.add(builder.add(s1, w[t - 7]), builder.add(s0, w[t - 16])))
-            big1 = xor3(rotr(e, 6), rotr(e, 11), rotr(e, 25))
-            ch = builder.xor(builder.and_(e, f), builder.and_(builder.xor(e, _splat(-1)), g))
-            t1 = builder.add(builder.add(h, big1), builder.add(ch, builder.add(w[t], _splat(_K[t]))))
-            big0 = xor3(rotr(a, 2), rotr(a, 13), rotr(a, 22))
-            maj = builder.or_(builder.and_(a, b), builder.and_(c, builder.or_(a, b)))
-            h, g, f, e, d, c, b, a = g, f, e, builder.add(d, t1), c, b, a, builder.add(t1, builder.add(big0, maj))
-        for p, v, v0 in zip(at, (a, b, c, d, e, f, g, h), start, strict=True):
-            builder.store(builder.add(v, v0), p, align=4)
-
-    return types.void(types.uintp, types.uintp), codegen
-
-
 @intrinsic
 def _copy(typingctx, dst, src, count):  # noqa: ANN001, ANN201 - numba intrinsic protocol
     """Copy ``count`` bytes from the address ``src`` to the address ``dst``."""
@@ -211,51 +126,6 @@ def _copy(typingctx, dst, src, count):  # noqa: ANN001, ANN201 - numba intrinsic
     return types.void(types.uintp, types.uintp, types.int64), codegen
 
 
-@njit(inline="always")
-def _buffers(prefix, length, lanes):  # noqa: ANN001, ANN202
-    """The layout of ``SHA-256(prefix || row)`` for rows of ``length`` bytes, and a buffer a lane:
-    ``(buf, blocks, head, tail, span, first, late)``.  The message has ``blocks`` blocks; blocks
-    ``[0, head)`` hold prefix bytes and ``[tail, blocks)`` reach past the row's end, and both are
-    read from the lane's buffer (uint8 (lanes, span): blocks ``[0, head)`` then ``[tail, blocks)``,
-    consecutive where ``tail == head``), its prefix and padding (FIPS 180-4, 5.1.1) written here;
-    ``first`` of the row's bytes lie in the head blocks, and the tail blocks' row bytes start at
-    message byte ``late`` (:func:`_fill` copies them for each message)."""
-    p = prefix.shape[0]
-    size = p + length
-    blocks = (size + 9 + 63) // 64
-    head = (p + 63) // 64
-    tail = max(head, size // 64)
-    span = 64 * (head + blocks - tail)
-    buf = np.zeros((lanes, span), np.uint8)
-    for lane in range(lanes):
-        buf[lane, :p] = prefix
-        buf[lane, size - 64 * (tail - head)] = 0x80
-        for k in range(8):
-            buf[lane, span - 1 - k] = ((8 * size) >> (8 * k)) & 0xFF
-    return buf, blocks, head, tail, span, min(64 * head, size) - p, max(64 * tail, p)
-
-
-@njit(inline="always")
-def _fill(mine, row, p, size, head, tail, first, late):  # noqa: ANN001, ANN202, PLR0913
-    """Copy the row at the address ``row`` into the lane buffer at the address ``mine``
-    (:func:`_buffers`): its bytes in the head blocks and in the tail blocks."""
-    if first > 0:
-        _copy(mine + np.uintp(p), np.uintp(row), first)  # type: ignore[call-arg]  # numba's stub keeps typingctx
-    if size > late:
-        _copy(mine + np.uintp(64 * head + late - 64 * tail), np.uintp(row + late - p), size - late)  # type: ignore[call-arg]
-
-
-@njit(inline="always")
-def _block(mine, row, b, p, head, tail):  # noqa: ANN001, ANN202
-    """The address of block ``b`` of a message: in its lane buffer at ``mine`` (a head or tail
-    block, :func:`_buffers`) or in its row at ``row``."""
-    if b < head:
-        return mine + np.uintp(64 * b)
-    if b >= tail:
-        return mine + np.uintp(64 * (head + b - tail))
-    return np.uintp(row + 64 * b - p)
-
-
 @njit(cache=True, nogil=True)
 def _sha_rows(prefix: np.ndarray, base: int, stride: int, n: int, length: int, h0: np.ndarray,
               out: np.ndarray) -> None:  # pragma: no cover
@@ -265,10 +135,22 @@ def _sha_rows(prefix: np.ndarray, base: int, stride: int, n: int, length: int, h
     The messages go :data:`LANES` at a time.  A message's blocks that lie wholly in its row are
     read where they are; the others -- the first blocks, which hold the prefix, and the last,
     which hold the padding (FIPS 180-4, 5.1.1) -- from a small buffer per lane whose prefix and
-    padding are written once, only the row's bytes in them copied for each message
-    (:func:`_buffers`)."""
+    padding are written once, only the row's bytes in them copied for each message."""
     p = prefix.shape[0]
-    buf, blocks, head, tail, span, first, late = _buffers(prefix, length, LANES)
+    size = p + length
+    blocks = (size + 9 + 63) // 64
+    head = (p + 63) // 64  # blocks [0, head) hold prefix bytes
+    tail = max(head, size // 64)  # blocks [tail, blocks) reach past the row's end
+    # a lane's buffer: blocks [0, head) then [tail, blocks), consecutive where tail == head
+    span = 64 * (head + blocks - tail)
+    buf = np.zeros((LANES, span), np.uint8)
+    for lane in range(LANES):
+        buf[lane, :p] = prefix
+        buf[lane, size - 64 * (tail - head)] = 0x80
+        for k in range(8):
+            buf[lane, span - 1 - k] = ((8 * size) >> (8 * k)) & 0xFF
+    first = min(64 * head, size) - p  # the row's bytes in the head blocks
+    late = max(64 * tail, p)  # where in the message the tail blocks' row bytes start
     states = np.empty((LANES, 8), np.uint32)
     addresses = np.empty(LANES, np.uintp)
     rows = np.empty(LANES, np.int64)
@@ -276,59 +158,35 @@ def _sha_rows(prefix: np.ndarray, base: int, stride: int, n: int, length: int, h
     for i in range(0, n, LANES):
         for lane in range(LANES):
             rows[lane] = row = base + min(i + lane, n - 1) * stride  # a short last group repeats its last row
-            _fill(at + np.uintp(lane * span), row, p, p + length, head, tail, first, late)
+            mine = at + np.uintp(lane * span)
+            if first > 0:
+                _copy(mine + np.uintp(p), np.uintp(row), first)  # type: ignore[call-arg]  # numba's stub keeps typingctx
+            if size > late:
+                _copy(mine + np.uintp(64 * head + late - 64 * tail), np.uintp(row + late - p), size - late)  # type: ignore[call-arg]
             states[lane] = h0
         for b in range(blocks):
             for lane in range(LANES):
-                addresses[lane] = _block(at + np.uintp(lane * span), rows[lane], b, p, head, tail)
-            _compress(states.ctypes.data, addresses.ctypes.data)  # type: ignore[call-arg]  # numba's stub keeps typingctx
+                if b < head:
+                    addresses[lane] = at + np.uintp(lane * span + 64 * b)
+                elif b >= tail:
+                    addresses[lane] = at + np.uintp(lane * span + 64 * (head + b - tail))
+                else:
+                    addresses[lane] = np.uintp(rows[lane] + 64 * b - p)
+            _compress(states.ctypes.data, addresses.ctypes.data)  # type: ignore[call-arg]
         for lane in range(min(LANES, n - i)):
             out[i + lane] = states[lane]
-
-
-@njit(cache=True, nogil=True)
-def _sha_rows_wide(prefix: np.ndarray, base: int, stride: int, n: int, length: int, h0: np.ndarray,
-                   out: np.ndarray, least: int) -> None:  # pragma: no cover
-    """:func:`_sha_rows`' ``out`` (the same contract), the messages :data:`WIDE` at a time on
-    :func:`_compress_wide` while at least ``least`` (>= 1; 0: none) are left -- a group short of
-    WIDE repeats its last row in the lanes past it, computed and dropped -- and those left after
-    through :func:`_sha_rows` (SHA-NI)."""
-    done = 0
-    if least > 0 and n >= least:
-        p = prefix.shape[0]
-        buf, blocks, head, tail, span, first, late = _buffers(prefix, length, WIDE)
-        states = np.empty((8, WIDE), np.uint32)
-        addresses = np.empty(WIDE, np.uintp)
-        rows = np.empty(WIDE, np.int64)
-        at = np.uintp(buf.ctypes.data)
-        while n - done >= least:
-            for lane in range(WIDE):
-                rows[lane] = row = base + min(done + lane, n - 1) * stride
-                _fill(at + np.uintp(lane * span), row, p, p + length, head, tail, first, late)
-                states[:, lane] = h0
-            for b in range(blocks):
-                for lane in range(WIDE):
-                    addresses[lane] = _block(at + np.uintp(lane * span), rows[lane], b, p, head, tail)
-                _compress_wide(states.ctypes.data, addresses.ctypes.data)  # type: ignore[call-arg]  # numba's stub keeps typingctx
-            for lane in range(min(WIDE, n - done)):
-                out[done + lane] = states[:, lane]
-            done += WIDE
-    if done < n:
-        _sha_rows(prefix, base + done * stride, stride, n - done, length, h0, out[done:])
 
 
 def sha256_many(prefix: bytes, suffixes: np.ndarray) -> np.ndarray:
     """``SHA-256(prefix || suffixes[i])`` of every row of ``suffixes`` (uint8 (n, L), checked by
     the caller, :func:`secemb.fss.hashing.sha256_many`), as uint8 (n, 32) (the digest: the state
-    words big-endian), :data:`WIDE` messages at a time where the CPU has AVX-512
-    (:func:`_sha_rows_wide`).  The kernel reads the rows by address: rows whose bytes are not
+    words big-endian).  The kernel reads the rows by address: rows whose bytes are not
     consecutive (a column stride other than 1) are copied into an array whose are first."""
     if suffixes.shape[1] > 1 and suffixes.strides[1] != 1:
         suffixes = np.ascontiguousarray(suffixes)
     n, length = suffixes.shape
     out = np.empty((n, 8), np.uint32)
-    _sha_rows_wide(np.frombuffer(prefix, np.uint8), suffixes.ctypes.data, suffixes.strides[0], n, length, _H0, out,
-                   WIDE_LEAST)
+    _sha_rows(np.frombuffer(prefix, np.uint8), suffixes.ctypes.data, suffixes.strides[0], n, length, _H0, out)
     return out.astype(">u4").view(np.uint8).reshape(-1, 32)
 
 
@@ -344,15 +202,13 @@ def _big_endian(states: np.ndarray, out: np.ndarray, at: int) -> None:  # pragma
 
 
 @njit(cache=True, nogil=True)
-def _hmac_rows(keys: np.ndarray, head: np.ndarray, tails: np.ndarray, out: np.ndarray,
-               least: int) -> None:  # pragma: no cover
+def _hmac_rows(keys: np.ndarray, head: np.ndarray, tails: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover
     """``out[i]`` = ``HMAC-SHA256(key_i, head || tails[i])`` (RFC 2104, the key zero-padded to the
     64-byte block), ``key_i`` row ``i`` of ``keys`` (uint8 (n, k), ``k <= 64``) or its only row
     (uint8 (1, k): one key for every row); ``tails`` uint8 (n, L) C-contiguous, ``out`` uint8 (n, 32).
     One key: its padded block and ``head`` are the inner hashes' shared prefix (:func:`_sha_rows`
     hashes it with each row where it lies) and the padded outer block the outer hashes'; a key a
-    row: each row's whole inner and outer message written into a buffer of its own first.  Every
-    pass through :func:`_sha_rows_wide`, ``least`` its own (:data:`WIDE_LEAST`)."""
+    row: each row's whole inner and outer message written into a buffer of its own first."""
     n, length = tails.shape
     k, h = keys.shape[1], head.shape[0]
     states = np.empty((n, 8), np.uint32)
@@ -361,13 +217,13 @@ def _hmac_rows(keys: np.ndarray, head: np.ndarray, tails: np.ndarray, out: np.nd
         prefix[:k] = keys[0]
         prefix[:64] ^= np.uint8(0x36)
         prefix[64:] = head
-        _sha_rows_wide(prefix, tails.ctypes.data, tails.strides[0], n, length, _H0, states, least)
+        _sha_rows(prefix, tails.ctypes.data, tails.strides[0], n, length, _H0, states)
         inner = np.empty((n, 32), np.uint8)
         _big_endian(states, inner, 0)
         prefix = np.zeros(64, np.uint8)
         prefix[:k] = keys[0]
         prefix ^= np.uint8(0x5C)
-        _sha_rows_wide(prefix, inner.ctypes.data, 32, n, 32, _H0, states, least)
+        _sha_rows(prefix, inner.ctypes.data, 32, n, 32, _H0, states)
     else:
         size = 64 + h + length
         rows = np.zeros((n, size), np.uint8)
@@ -380,9 +236,9 @@ def _hmac_rows(keys: np.ndarray, head: np.ndarray, tails: np.ndarray, out: np.nd
             outer[i, :k] = keys[i]
             outer[i, :64] ^= np.uint8(0x5C)
         none = np.empty(0, np.uint8)
-        _sha_rows_wide(none, rows.ctypes.data, size, n, size, _H0, states, least)
+        _sha_rows(none, rows.ctypes.data, size, n, size, _H0, states)
         _big_endian(states, outer, 64)
-        _sha_rows_wide(none, outer.ctypes.data, 96, n, 96, _H0, states, least)
+        _sha_rows(none, outer.ctypes.data, 96, n, 96, _H0, states)
     _big_endian(states, out, 0)
 
 
@@ -392,6 +248,5 @@ def hmac_sha256_many(keys: np.ndarray, head: bytes, tails: np.ndarray) -> np.nda
     uint8 (n, 32): one kernel call."""
     out = np.empty((tails.shape[0], 32), np.uint8)
     if tails.shape[0]:
-        _hmac_rows(np.ascontiguousarray(keys), np.frombuffer(head, np.uint8), np.ascontiguousarray(tails), out,
-                   WIDE_LEAST)
+        _hmac_rows(np.ascontiguousarray(keys), np.frombuffer(head, np.uint8), np.ascontiguousarray(tails), out)
     return out
