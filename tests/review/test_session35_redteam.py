@@ -1,8 +1,8 @@
 """Red team of session 35's batch and kernel paths (task R), tests only: each new path against a
 reference written here, never the code under test.
 
-* helper K's wide SHA-256 (``_shani._compress_wide`` / ``_sha_rows_wide``, ``WIDE_LEAST``) under
-  ``hashing.sha256_many`` and ``hashing.hmac_sha256_many``: :mod:`hashlib` / :func:`hmac.digest` at
+* ``hashing.sha256_many`` and ``hashing.hmac_sha256_many`` (written against helper K's wide SHA-256,
+  ``_shani._compress_wide``, since reverted for its compile time; they hold for the SHA-NI rows too): :mod:`hashlib` / :func:`hmac.digest` at
   every count around a wide group (0, 1, 8, 9, 15, 16, 17, 24, 25, 31, 32, 33), message lengths at the
   padding edges, prefixes of 0..2 blocks, keys of 0..64 bytes (one key and a key a row), rows strided,
   reversed, read-only, broadcast (stride 0), Fortran-ordered; prefixes as ``bytes`` /
@@ -23,7 +23,8 @@ reference written here, never the code under test.
   ``PYTHONPATH=/tmp/base34``, a worktree of c6d12e8; main gave the same file).
 
 The refusal and specification tests of ``project_affine`` pass on c6d12e8 too (``PYTHONPATH=/tmp/base34``).
-Mutations (each in a scratch worktree of main, reverted; a test here failed for each): M1 one lane of a
+Mutations (each in a scratch worktree of main, reverted; a test here failed for each; M1, M2 and M8 were
+of helper K's reverted kernel): M1 one lane of a
 wide group's output taken from lane 0; M2 one round constant of ``_compress_wide`` (round 63) off by one
 bit; M3 ``ctr_streams``' counter of each pass ``j ^ 1``; M4 ``ctr_streams`` without its width check;
 M5 ``_affine_uniform`` without its count-dtype check; M6 ``affine_vectors`` negating only a pass's first
