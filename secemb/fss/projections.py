@@ -41,6 +41,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from secemb.errors import InvalidParameters
 from secemb.fss import kernels
+from secemb.fss.hashing import bytes_rows
 
 __all__ = ["SEED_BYTES", "DOMAIN", "row_key", "ternary_rows", "project", "project_reference", "project_each",
            "project_affine", "AffinePart"]
@@ -98,7 +99,7 @@ def _streams(keys: Sequence[bytes], nbytes: int) -> np.ndarray:
         from secemb.fss._projection_kernels import CTR_BYTES, ctr_streams
 
         padded = np.empty((len(keys), -(-nbytes // CTR_BYTES) * CTR_BYTES), np.uint8)
-        ctr_streams(np.frombuffer(b"".join(keys), np.uint8).reshape(len(keys), 16), padded)
+        ctr_streams(bytes_rows(keys, 16), padded)
         return padded[:, :nbytes]
     blocks = -(-nbytes // 16)
     src = _counter_blocks(blocks)

@@ -113,6 +113,22 @@ class TrafficRecord:
     nbytes: int
 
 
+def _payload(payload: bytes, src: str, dst: str, stage: str) -> bytes:
+    """``payload`` as an immutable ``bytes`` (handing over a ``bytes`` object is as good as a copy),
+    refused (TypeError) unless bytes-like."""
+    if not isinstance(payload, (bytes, bytearray, memoryview)):
+        raise TypeError(
+            f"transport carries bytes only, got {type(payload).__name__} ({src!r} -> {dst!r}, stage {stage!r})"
+        )
+    return payload if type(payload) is bytes else bytes(payload)
+
+
+def _check_stage(stage: str) -> None:
+    """Refuse (InvalidParameters) a stage name that is not a non-empty str."""
+    if not isinstance(stage, str) or not stage:
+        raise InvalidParameters(f"stage must be a non-empty str, got {stage!r}")
+
+
 class InProcessTransport:
     """Mailboxes between endpoints, with byte counters.
 
@@ -168,16 +184,9 @@ class InProcessTransport:
         InvalidParameters
             On a malformed endpoint name, a user-to-user message or an empty stage name.
         """
-        if not isinstance(payload, (bytes, bytearray, memoryview)):
-            raise TypeError(
-                f"transport carries bytes only, got {type(payload).__name__} "
-                f"({src!r} -> {dst!r}, stage {stage!r})"
-            )
-        if not isinstance(stage, str) or not stage:
-            raise InvalidParameters(f"stage must be a non-empty str, got {stage!r}")
+        data = _payload(payload, src, dst, stage)
+        _check_stage(stage)
         self._direction(src, dst)
-        # bytes is immutable, so handing the object over is as good as a copy.
-        data = payload if type(payload) is bytes else bytes(payload)
         with self._lock:
             self._boxes[(src, dst)].append(data)
             c = self._counts[self._round][(stage, src, dst)]
@@ -199,22 +208,14 @@ class InProcessTransport:
         names and the counters handled once (a subclass that overrides :meth:`send`, to observe
         each message, gets one :meth:`carry` a message).  Raises as :meth:`send` does, before
         anything of the batch is sent or counted."""
-        if not isinstance(stage, str) or not stage:
-            raise InvalidParameters(f"stage must be a non-empty str, got {stage!r}")
-        for payload in payloads:
-            if not isinstance(payload, (bytes, bytearray, memoryview)):
-                raise TypeError(
-                    f"transport carries bytes only, got {type(payload).__name__} "
-                    f"({src!r} -> {dst!r}, stage {stage!r})"
-                )
+        _check_stage(stage)
+        data = [_payload(p, src, dst, stage) for p in payloads]
         self._direction(src, dst)
         if not payloads:
             return []
         if type(self).send is not InProcessTransport.send:
             with self._lock:
                 return [self.carry(src, dst, p, stage=stage) for p in payloads]
-        # bytes is immutable, so handing the object over is as good as a copy.
-        data = [p if type(p) is bytes else bytes(p) for p in payloads]
         with self._lock:
             box = self._boxes[(src, dst)]
             box.extend(data)  # after any message already waiting, as carry's sends would be
