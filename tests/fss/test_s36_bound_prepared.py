@@ -103,3 +103,18 @@ def test_vouched_parts_project_as_checked_ones(backend: str, dtype: type, monkey
     want = P.project_each(seeds, x, 40)
     assert np.array_equal(P.project_affine(seeds, True, parts, 40), want)
     assert np.array_equal(P.project_affine(seeds, True, parts, 40, vouched=(np.dtype(dtype), length)), want)
+
+
+def test_vouched_parts_are_not_checked_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What ``vouched`` spares is the parts' check: on numpy's path (no compiled loop to type them) parts given
+    as lists, which the checked call refuses, project to the same words."""
+    monkeypatch.setattr(kernels, "BACKEND", "numpy")
+    gen = np.random.default_rng(6)
+    parts = [(gen.integers(0, 1 << 32, (3, 4), dtype=np.uint32), np.arange(3), gen.integers(0, 1 << 32, (3, 4),
+              dtype=np.uint32), gen.integers(0, 1 << 32, 2, dtype=np.uint32)) for _ in range(2)]
+    seeds = [os.urandom(16)] * 2
+    want = P.project_affine(seeds, False, parts, 8)
+    listed = [list(p) for p in parts]
+    with pytest.raises(InvalidParameters, match="tuple of four arrays"):
+        P.project_affine(seeds, False, listed, 8)  # type: ignore[arg-type]
+    assert np.array_equal(P.project_affine(seeds, False, listed, 8, vouched=(np.dtype(np.uint32), 14)), want)  # type: ignore[arg-type]
