@@ -76,6 +76,15 @@ at once.  So the bound check's servers prepare their verifier before projecting
 (:func:`secemb.fss.rangeproof.prepare_verifier`).  Measured alone, the tile products of a call's five passes
 took 433 us with the parts streamed just before and 330 run again at once (load 9): the passes' memory traffic
 evicts part of the expanded rows from L2 too, a cost left here.
+
+Session 36 (helper B3, thread CPU, medians, 2 shared cores at load 3.4-5.8; scripts in the session's notes): in the
+bench's flow a pass of four devices took 121 us (:func:`affine_tile_products`), of which :func:`affine_vectors`
+alone took 82 us on the parts as the flow leaves them and 28 run again at once (the parts' 520 KB read from L3 or
+memory, about 6 GB/s); on warm inputs :func:`word_planes` 23 us and the tile loop 42 (:func:`tile_products` 66
+less the planes).  The tile loop's step (four tile loads, three ``tdpbsud``) took 160-280 ns whatever the length:
+168 at 1,024 steps, 160 at 254 and 278 at 16, where the 16 steps' rows (48 KB) stay in L1 or L2 -- which suggests
+the loop is not bound by where ``t`` lies, so that reading ``t`` once a call for all passes (for which the 8 tile
+registers cannot hold the sums: 3 of rows times 5 of devices) would gain little.
 """
 
 from __future__ import annotations
