@@ -379,7 +379,7 @@ _DTYPE, _SHAPE = operator.attrgetter("dtype"), operator.attrgetter("shape")
 
 
 def project_affine(seeds: Sequence[bytes] | np.ndarray, negate: bool, parts: Sequence[AffinePart],
-                   rows: int = 40, *, vouched: tuple[np.dtype, int] | None = None) -> np.ndarray:
+                   rows: int = 40) -> np.ndarray:
     """:func:`project_each` of vectors given in affine form, without forming them: device ``d``'s
     ``parts[d] = (base, count, words, tail)`` stands for ``x_d = ((-1)^negate (base + count[:, None]
     * words)).ravel() || tail`` in the ring (a server's payload shares, :func:`secemb.fss.fused.payload_shares`,
@@ -392,11 +392,6 @@ def project_affine(seeds: Sequence[bytes] | np.ndarray, negate: bool, parts: Seq
     parts: n tuples: ``base`` and ``words`` ring (S, w), ``count`` integer (S,), ``tail`` ring
         (P,), the same dtype (uint32 or uint64) and shapes for every device.
     rows: ``lambda``.
-    vouched: the parts' ring dtype and length ``L = S w + P``, where the caller made every part itself
-        to the contract above (a server's own payload sums, correction words and dense shares, each of
-        the round's dtype and shapes): the parts are then not checked again (``None``, the default: they
-        are, :func:`_affine_checked`).  The compiled loops index the parts without bounds checks, so
-        parts that do not match what is vouched for are read outside their arrays.
 
     Returns
     -------
@@ -412,7 +407,7 @@ def project_affine(seeds: Sequence[bytes] | np.ndarray, negate: bool, parts: Seq
     InvalidParameters
         for seeds of the wrong number or length, parts that do not match, or a negative ``rows``.
     """
-    dtype, length = _affine_checked(parts) if vouched is None else vouched
+    dtype, length = _affine_checked(parts)
     _check_rows(rows, length)
     n = len(parts)
     if rows == 0 or length == 0:

@@ -4,8 +4,6 @@ arguments of the compiled verifier and the messages' template (the joint randomn
 is one compiled call a block.  Its words are numpy's (the reference, :func:`secemb.fss.rangeproof._verify_reference`)
 across blocks and ring dtypes, a second call does not see the first one's words, and the ring check still
 refuses a value past ``2^k`` wherever the dtype can hold one (it reads no value where it cannot).
-:func:`secemb.fss.projections.project_affine` of parts the caller vouches for (a server's own, not checked
-again) gives the checked call's words and numpy's.
 """
 
 from __future__ import annotations
@@ -19,7 +17,6 @@ from range_batches import honest_batch
 from secemb.errors import InvalidParameters
 from secemb.fss import field as F
 from secemb.fss import kernels
-from secemb.fss import projections as P
 from secemb.fss import rangeproof as R
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="the compiled kernels are not installed")
@@ -81,40 +78,3 @@ def test_ring_check_where_the_dtype_holds_more_than_the_ring(backend: str, monke
     big[0, 0] = 1 << 32
     with pytest.raises(InvalidParameters, match="ring elements"):
         prepared.messages(big)
-
-
-@pytest.mark.parametrize("backend", ["numpy", "numba"])
-@pytest.mark.parametrize("dtype", [np.uint32, np.uint64])
-def test_vouched_parts_project_as_checked_ones(backend: str, dtype: type, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``project_affine(..., vouched=(dtype, L))`` (a server's own parts, not checked again) gives the checked
-    call's words and :func:`~secemb.fss.projections.project_each`'s of the vectors formed in numpy."""
-    monkeypatch.setattr(kernels, "BACKEND", backend)
-    gen = np.random.default_rng(5)
-    slots, width, dense, n = 9, 7, 3, 6
-    info = np.iinfo(dtype)
-    parts = [(gen.integers(0, info.max, (slots, width), dtype=dtype, endpoint=True),
-              gen.integers(0, 4, slots).astype(np.int64),
-              gen.integers(0, info.max, (slots, width), dtype=dtype, endpoint=True),
-              gen.integers(0, info.max, dense, dtype=dtype, endpoint=True)) for _ in range(n)]
-    seeds = [os.urandom(16) for _ in range(2)] * (n // 2)
-    length = slots * width + dense
-    x = np.stack([np.concatenate([((0 - (b + c.astype(dtype)[:, None] * w)).astype(dtype)).ravel(), t])
-                  for b, c, w, t in parts])
-    want = P.project_each(seeds, x, 40)
-    assert np.array_equal(P.project_affine(seeds, True, parts, 40), want)
-    assert np.array_equal(P.project_affine(seeds, True, parts, 40, vouched=(np.dtype(dtype), length)), want)
-
-
-def test_vouched_parts_are_not_checked_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    """What ``vouched`` spares is the parts' check: on numpy's path (no compiled loop to type them) parts given
-    as lists, which the checked call refuses, project to the same words."""
-    monkeypatch.setattr(kernels, "BACKEND", "numpy")
-    gen = np.random.default_rng(6)
-    parts = [(gen.integers(0, 1 << 32, (3, 4), dtype=np.uint32), np.arange(3), gen.integers(0, 1 << 32, (3, 4),
-              dtype=np.uint32), gen.integers(0, 1 << 32, 2, dtype=np.uint32)) for _ in range(2)]
-    seeds = [os.urandom(16)] * 2
-    want = P.project_affine(seeds, False, parts, 8)
-    listed = [list(p) for p in parts]
-    with pytest.raises(InvalidParameters, match="tuple of four arrays"):
-        P.project_affine(seeds, False, listed, 8)  # type: ignore[arg-type]
-    assert np.array_equal(P.project_affine(seeds, False, listed, 8, vouched=(np.dtype(np.uint32), 14)), want)  # type: ignore[arg-type]

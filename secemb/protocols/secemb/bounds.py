@@ -292,14 +292,12 @@ def projected(challenges: Sequence[bytes], x: np.ndarray) -> np.ndarray:
 
 
 def projected_shares(challenges: Sequence[bytes], party: int, sums: Sequence[fused.PayloadSums],
-                     cws: Sequence[np.ndarray], dense: Sequence[np.ndarray], *,
-                     vouched: tuple[np.dtype, int] | None = None) -> np.ndarray:
+                     cws: Sequence[np.ndarray], dense: Sequence[np.ndarray]) -> np.ndarray:
     """:func:`projected` of server ``party``'s vectors ``x_b = S_b || d_b`` of n devices, given as
     each device's payload sums (``sums[d]``, :class:`~secemb.fss.fused.PayloadSums` of its ``S``
     keys), aggregation correction words (``cws[d]``, ring (S, w)) and dense share (``dense[d]``,
     ring (P,)), without forming them: ``S_b = (-1)^b (key_conv + t_count CW)``
     (:func:`~secemb.fss.fused.payload_shares`) projected as it is computed
-    (:func:`~secemb.fss.projections.project_affine`, ``vouched`` passed on: the round's dtype and ``L``
-    where the server made every array itself); ring (n, ROWS), the same elements."""
+    (:func:`~secemb.fss.projections.project_affine`); ring (n, ROWS), the same elements."""
     parts = [(s.key_conv, s.t_count, cw, d) for s, cw, d in zip(sums, cws, dense, strict=True)]
-    return project_affine(challenges, check_int("party", party, low=0, high=1) == 1, parts, ROWS, vouched=vouched)
+    return project_affine(challenges, check_int("party", party, low=0, high=1) == 1, parts, ROWS)

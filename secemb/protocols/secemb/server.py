@@ -1211,11 +1211,8 @@ class SecEmbServer(ServerRole):
             for i, j in enumerate(walked):
                 keys = slice(i * cfg.slots, (i + 1) * cfg.slots)
                 sums[j] = PayloadSums(more.key_conv[keys], more.t_count[keys])
-        # every array the server's own (the walk's sums, the correction words and dense shares it took in at
-        # the round's shapes): not checked again
         return projected_shares(challenges, self.party, cast("list[PayloadSums]", sums), [a.cw for a in got],
-                                self._dense_shares(users),
-                                vouched=(cfg.dtype, cfg.slots * cfg.width + cfg.dense_size))
+                                self._dense_shares(users))
 
     def _verifier_messages(self, params: rangeproof.RangeParams, shares: rangeproof.ProofShares, users: list[int],
                            challenges: list[bytes], contexts: list[bytes], query: bytes, *,
