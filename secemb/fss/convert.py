@@ -264,6 +264,14 @@ def convert_eval_into(
         out[rows[0] + (key // rows[1]) * rows[2] + (key % rows[1]) * rows[3] + p] = part
 
 
+def _contiguous(out: np.ndarray | None, others: tuple[np.ndarray | None, ...]) -> np.ndarray | None:
+    """``out`` itself where it is C-contiguous (or ``None``, or where its memory may overlap one of ``others``:
+    a copy would drop the other's increments there), else a C-contiguous copy of it to sum into."""
+    if out is None or out.flags.c_contiguous or any(o is not None and np.may_share_memory(out, o) for o in others):
+        return out
+    return np.ascontiguousarray(out)
+
+
 def convert_accumulate(words: np.ndarray, tag: str, acc: np.ndarray | None, start: int,
                        live: np.ndarray | None = None, *, key_acc: np.ndarray | None = None,
                        period: int = 1, key_t: np.ndarray | None = None, fresh: bool = False) -> None:
@@ -342,12 +350,17 @@ def convert_accumulate(words: np.ndarray, tag: str, acc: np.ndarray | None, star
         none = np.empty((0, width), dtype)
         # the kernel adds each key's sum at its values' address: they must be contiguous
         keys = by_key if by_key is None or by_key.strides[2] == dtype.itemsize else np.ascontiguousarray(by_key)
+        # a strided acc or key_t summed in a C-contiguous copy, written back (where it overlaps no other output:
+        # its increments then land where a direct sum's would): one compiled signature a ring and key layout
+        # for the servers' arrays and the callers' views alike, not one a mix (~10 s of CPU each, cold)
+        sums, counts = _contiguous(acc, (keys, t_by_key)), _contiguous(t_by_key, (acc, keys))
         fused(np.ascontiguousarray(words), blocks.shape[1], round_keys("convert/" + tag)[0],
-              none if acc is None else acc, start, rows, none[None, :0] if keys is None else keys,
-              np.empty((0, 0), np.int64) if t_by_key is None else t_by_key, period, bool(fresh),
+              none if sums is None else sums, start, rows, none[None, :0] if keys is None else keys,
+              np.empty((0, 0), np.int64) if counts is None else counts, period, bool(fresh),
               blocks, vals, np.empty((blocks.shape[0], 2), np.uint64))
-        if by_key is not None and keys is not by_key:
-            by_key[...] = keys
+        for given, summed in ((by_key, keys), (acc, sums), (t_by_key, counts)):
+            if given is not None and summed is not given:
+                given[...] = summed
         return
     if fresh and by_key is not None and words.shape[0] > 0:  # the keys that start among the words
         starting = np.divmod(np.arange(-(-start // period), (start + words.shape[0] - 1) // period + 1),
