@@ -19,6 +19,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from secemb.fss.kernels import read_only
+
 __all__ = ["LANES", "RATE", "shake128_rows"]
 
 #: messages a permutation call takes (a short last group repeats its last message)
@@ -138,5 +140,5 @@ def shake128_rows(prefix: bytes, rows: np.ndarray, nbytes: int) -> np.ndarray:
     (n, L), checked by the caller, :func:`secemb.fss.hashing.shake128_many`), as uint8 (n, nbytes):
     one kernel call."""
     out = np.empty((rows.shape[0], -(-nbytes // 8)), "<u8")
-    _shake_rows(np.frombuffer(prefix, np.uint8), rows, out)
+    _shake_rows(np.frombuffer(prefix, np.uint8), read_only(rows), out)
     return out.view(np.uint8)[:, :nbytes]

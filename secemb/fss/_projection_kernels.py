@@ -76,6 +76,15 @@ at once.  So the bound check's servers prepare their verifier before projecting
 (:func:`secemb.fss.rangeproof.prepare_verifier`).  Measured alone, the tile products of a call's five passes
 took 433 us with the parts streamed just before and 330 run again at once (load 9): the passes' memory traffic
 evicts part of the expanded rows from L2 too, a cost left here.
+
+Session 36 (helper B3, thread CPU, medians, 2 shared cores at load 3.4-5.8; scripts in the session's notes): in the
+bench's flow a pass of four devices took 121 us (:func:`affine_tile_products`), of which :func:`affine_vectors`
+alone took 82 us on the parts as the flow leaves them and 28 run again at once (the parts' 520 KB read from L3 or
+memory, about 6 GB/s); on warm inputs :func:`word_planes` 23 us and the tile loop 42 (:func:`tile_products` 66
+less the planes).  The tile loop's step (four tile loads, three ``tdpbsud``) took 160-280 ns whatever the length:
+168 at 1,024 steps, 160 at 254 and 278 at 16, where the 16 steps' rows (48 KB) stay in L1 or L2 -- which suggests
+the loop is not bound by where ``t`` lies, so that reading ``t`` once a call for all passes (for which the 8 tile
+registers cannot hold the sums: 3 of rows times 5 of devices) would gain little.
 """
 
 from __future__ import annotations
@@ -593,6 +602,26 @@ def tile_products(t: np.ndarray, rows: int, x: np.ndarray, at: np.ndarray, out: 
                 out[to[lo + m], i] = acc
 
 
+def canonical_part(part: tuple) -> tuple:
+    """A device's affine part ``(base, count, words, tail)`` (:func:`affine_vector`'s contract) in the
+    layout its kernels are compiled for: every array C-contiguous, ``count`` int64; only an array in
+    another layout or dtype is copied, with the same elements (a count as int64: the same word modulo
+    ``2^k``).  numba compiles a kernel once for each mix of array layouts, dtypes and writability it is
+    called with, and ``literal_unroll`` over a pass's devices multiplies the mixes: strided, Fortran
+    and other-count views had compiled 58 signatures of :func:`affine_tile_products` in one test run (~3 s
+    of CPU each, session 36).  Writability is left as it comes (a server's parts are writeable or read-only
+    consistently; a read-only view costs ~2 us a part, ~0.3 ms a bounded round)."""
+    base, count, words, tail = part
+    if (count.dtype == _INT64 and base.flags.c_contiguous and count.flags.c_contiguous and words.flags.c_contiguous
+            and tail.flags.c_contiguous):
+        return part
+    return (np.ascontiguousarray(base), np.ascontiguousarray(count, np.int64), np.ascontiguousarray(words),
+            np.ascontiguousarray(tail))
+
+
+_INT64 = np.dtype(np.int64)
+
+
 class Products:
     """The compiled products of one seed's rows at a time with its devices' vectors, with their scratch:
     :func:`tile_products` where AMX runs (:func:`tiles`) and ``L <=`` :data:`TILE_LENGTH`, else
@@ -628,7 +657,10 @@ class Products:
         """``out[to[k], :rows] = t x_k mod 2^k`` on the rows last expanded, ``x_k`` the vector of the
         affine parts ``parts[k]`` (:func:`affine_vectors`; a tuple of :attr:`group` devices, of which the
         first ``to.size`` are real) formed in the scratch ``xs`` (ring (group, L)): one compiled call where
-        AMX runs (:func:`affine_tile_products`), else two; :meth:`project`'s refusals."""
+        AMX runs (:func:`affine_tile_products`), else two; :meth:`project`'s refusals.  The parts go to the
+        kernels in one layout (:func:`canonical_part`): one compiled signature a ring, whatever layouts they
+        came in."""
+        parts = tuple(map(canonical_part, parts))
         if self.tiles:
             affine_tile_products(parts, to.size, negate, xs, self.t, self.rows, out, to, self.planes, self.sums,
                                  TILE_CONFIG)

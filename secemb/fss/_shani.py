@@ -21,6 +21,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from secemb.fss.kernels import read_only
+
 __all__ = ["hmac_sha256_many", "sha256_many"]
 
 _I32 = ir.IntType(32)
@@ -248,5 +250,5 @@ def hmac_sha256_many(keys: np.ndarray, head: bytes, tails: np.ndarray) -> np.nda
     uint8 (n, 32): one kernel call."""
     out = np.empty((tails.shape[0], 32), np.uint8)
     if tails.shape[0]:
-        _hmac_rows(np.ascontiguousarray(keys), np.frombuffer(head, np.uint8), np.ascontiguousarray(tails), out)
+        _hmac_rows(read_only(keys), np.frombuffer(head, np.uint8), read_only(tails), out)
     return out

@@ -24,9 +24,11 @@ from contextlib import contextmanager
 from functools import cache
 from typing import Any
 
+import numpy as np
+
 from secemb.errors import InvalidParameters
 
-__all__ = ["BACKEND", "compiled", "available", "host_cpu_features", "sha_compiled", "signals_deferred"]
+__all__ = ["BACKEND", "compiled", "available", "host_cpu_features", "read_only", "sha_compiled", "signals_deferred"]
 
 
 #: among the features the kernels choose their code by, those LLVM enables with each (its X86 target's
@@ -104,6 +106,19 @@ def _initial_backend() -> str:
 
 #: ``"numba"`` (compiled kernels) or ``"numpy"`` (the reference); read at every call
 BACKEND = _initial_backend()
+
+
+def read_only(a: np.ndarray) -> np.ndarray:
+    """``a`` as a C-contiguous read-only array: itself where it is one, else a read-only view of it (of a
+    C-contiguous copy where it is not contiguous); the same elements.  The wrappers pass an array a kernel
+    only reads through this: numba compiles a kernel once for each mix of writability and layout it is
+    called with (a message's bytes come read-only, a server's own arrays writeable), ~2-8 s of CPU each on a
+    fresh install (session 36)."""
+    if a.flags.c_contiguous and not a.flags.writeable:
+        return a
+    view = np.ascontiguousarray(a).view()
+    view.flags.writeable = False
+    return view
 
 
 def compiled() -> bool:

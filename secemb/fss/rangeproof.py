@@ -961,7 +961,10 @@ def _checked_ring(params: RangeParams, n: int, ring_shares: np.ndarray) -> np.nd
         raise InvalidParameters(
             f"ring_shares must be an integer array ({n}, {params.rows}), got {ring.dtype} {ring.shape}"
         )
-    if ring.size and (ring.dtype.kind == "i" and ring.min() < 0 or int(ring.max()) >> params.ring_bits):  # no temporary
+    # no temporary; a dtype of at most ring_bits bits holds no value past 2^ring_bits (a server's own uint32
+    # projections on the 32-bit ring: no pass over them)
+    if ring.size and (ring.dtype.kind == "i" and ring.min() < 0
+                      or 8 * ring.dtype.itemsize > params.ring_bits and int(ring.max()) >> params.ring_bits):
         raise InvalidParameters(f"ring_shares must hold ring elements in [0, 2^{params.ring_bits})")
     return ring
 
@@ -970,14 +973,21 @@ def _checked_ring(params: RangeParams, n: int, ring_shares: np.ndarray) -> np.nd
 class PreparedVerifier:
     """Server ``party``'s verifier messages for ``n`` devices but for their ring shares
     (:func:`prepare_verifier`): its parsed ``shares``, the batch's query (its randomness,
-    :func:`_draw`, for the compiled verifier; its maps, :func:`_query`, for numpy's) and each
-    device's joint randomness ``jr`` (uint8 (n, 32))."""
+    :func:`_draw`, for the compiled verifier; its maps, :func:`_query`, for numpy's), each
+    device's joint randomness ``jr`` (uint8 (n, 32)), the messages' ``template`` (uint64 (n,
+    verifier_length): each ``jr``'s 4 words after the opened part, which :meth:`messages` writes)
+    and, for the compiled verifier, each block's arguments of
+    :func:`secemb.fss._rangeproof_kernels.verifier_batch` but the ring shares and the block's rows
+    of the messages (``(lo, hi, arguments)`` a block of :data:`_VERIFIER_BLOCK` devices; ``None``
+    for numpy's): what is left after the ring shares is one compiled call a block."""
 
     params: RangeParams
     party: int
     shares: ProofShares
     query: _Draw | _Query
     joints: np.ndarray
+    template: np.ndarray
+    blocks: tuple[tuple[int, int, tuple], ...] | None
 
     def messages(self, ring_shares: np.ndarray) -> np.ndarray:
         """:func:`verifier_messages` of the prepared devices with their ``ring_shares`` (integer
@@ -991,14 +1001,22 @@ class PreparedVerifier:
         return self._messages(_checked_ring(self.params, len(self.shares), ring_shares))
 
     def _messages(self, ring: np.ndarray) -> np.ndarray:
-        """:meth:`messages` of checked ring shares: the devices in blocks of :data:`_VERIFIER_BLOCK`
-        (:func:`_verify_block`)."""
-        params, n = self.params, len(self.shares)
-        out = np.empty((n, params.verifier_length), dtype=np.uint64)
-        for lo in range(0, n, _VERIFIER_BLOCK):
-            hi = min(n, lo + _VERIFIER_BLOCK)
-            out[lo:hi] = _verify_block(params, self.party, self.shares.rows(lo, hi), ring[lo:hi].astype(np.uint64),
-                                       self.query, self.joints[lo:hi])
+        """:meth:`messages` of checked ring shares, a new array (the template's copy): the devices in
+        blocks of :data:`_VERIFIER_BLOCK`, each one call of the compiled verifier on its prepared
+        arguments (its coefficients and the field part: :func:`secemb.fss._rangeproof_kernels.verifier_batch`)
+        or numpy's (:func:`_coefficients`, :func:`_verify_reference` of the query's maps, :func:`_query`)."""
+        out, ring = self.template.copy(), ring.astype(np.uint64)
+        if self.blocks is not None:
+            batch = _kernels().verifier_batch
+            for lo, hi, arguments in self.blocks:
+                batch(*arguments, ring[lo:hi], out[lo:hi])
+            return out
+        params, x, proofs = self.params, self.shares.inputs, self.shares.proofs
+        for lo in range(0, len(out), _VERIFIER_BLOCK):
+            hi = min(len(out), lo + _VERIFIER_BLOCK)
+            calls, slots = _coefficients(params, self.joints[lo:hi])
+            _verify_reference(params, self.party, x[lo:hi], proofs[lo:hi], calls, slots, ring[lo:hi],
+                              cast("_Query", self.query), out[lo:hi])
         return out
 
 
@@ -1044,35 +1062,34 @@ def _prepare(params: RangeParams, party: int, shares: ProofShares, ring_shares: 
         raise InvalidParameters(f"parts must be {n} bytes objects of {PART_BYTES} bytes")
     # the compiled verifier forms the query's maps from its randomness in its call; numpy's are formed here
     query = _draw(params, bytes(query_seed)) if kernels.compiled() else _query(params, bytes(query_seed))
+    template = np.empty((n, params.verifier_length), dtype=np.uint64)
     if not n:
-        return PreparedVerifier(params, party, shares, query, np.empty((0, PART_BYTES), np.uint8)), ring
+        return PreparedVerifier(params, party, shares, query, np.empty((0, PART_BYTES), np.uint8), template,
+                                None), ring
     own = _part_rows(party, contexts, shares.keys, _hashed_inputs(shares)) if parts is None else \
         _digest_rows(list(parts))
     joints = _joints(contexts, *((own, shares.hints) if party == 0 else (shares.hints, own)))
-    return PreparedVerifier(params, party, shares, query, joints), ring
+    template[:, params.opened_length :] = joints.view("<u8")
+    return PreparedVerifier(params, party, shares, query, joints, template, _blocks(params, party, shares, query,
+                                                                                   joints)), ring
 
 
-def _verify_block(params: RangeParams, party: int, shares: ProofShares, ring: np.ndarray, query: _Draw | _Query,
-                  joints: np.ndarray) -> np.ndarray:
-    """:meth:`PreparedVerifier.messages` of a block of devices (``shares`` theirs, ``joints`` their
-    joint randomness as rows of uint8 (n, 32)): their coefficients and the field part in one
-    compiled call (:func:`secemb.fss._rangeproof_kernels.verifier_batch`, of the query's randomness,
-    :func:`_draw`) or in numpy (:func:`_coefficients`, :func:`_verify_reference` of the query's maps,
-    :func:`_query`)."""
+def _blocks(params: RangeParams, party: int, shares: ProofShares, query: _Draw | _Query,
+            joints: np.ndarray) -> tuple[tuple[int, int, tuple], ...] | None:
+    """:attr:`PreparedVerifier.blocks`: per block of :data:`_VERIFIER_BLOCK` devices ``(lo, hi, arguments)``,
+    :func:`secemb.fss._rangeproof_kernels.verifier_batch`'s arguments before the ring shares and the
+    messages -- the block's joint randomness (rows of uint8 (n, 32)) and shares (views of one array a
+    device: the kernel reads each once, into its transposed copy), the query's randomness (:func:`_draw`)
+    and the constants of the relation; ``None`` for numpy's query (:func:`_query`)."""
+    if not isinstance(query, _Draw):
+        return None
+    f, place = _places(params)
+    shared = (query.points, F.barycentric(params.calls + 2), F.barycentric(params.gadget_nodes), query.rho_words,
+              place, np.uint64(f), np.uint64(1 << (2 * params.digits - 1)), query.delta, party == 0)
     n = len(shares)
-    msg = np.empty((n, params.verifier_length), dtype=np.uint64)
-    msg[:, params.opened_length :] = joints.view("<u8")
-    if isinstance(query, _Draw):  # the same words in one compiled call over the block's devices
-        f, place = _places(params)
-        # x and proofs as parsed (views of one array a device): the kernel reads each once, into its transposed copy
-        _kernels().verifier_batch(_COEFFICIENT_ROW, joints, query.points, F.barycentric(params.calls + 2),
-                                  F.barycentric(params.gadget_nodes), query.rho_words, place, np.uint64(f),
-                                  np.uint64(1 << (2 * params.digits - 1)), query.delta, party == 0, shares.inputs,
-                                  shares.proofs, ring, msg)
-        return msg
-    calls, slots = _coefficients(params, joints)
-    _verify_reference(params, party, shares.inputs, shares.proofs, calls, slots, ring, query, msg)
-    return msg
+    spans = [(lo, min(n, lo + _VERIFIER_BLOCK)) for lo in range(0, n, _VERIFIER_BLOCK)]
+    return tuple((lo, hi, (_COEFFICIENT_ROW, joints[lo:hi], *shared, shares.inputs[lo:hi], shares.proofs[lo:hi]))
+                 for lo, hi in spans)
 
 
 def _verify_reference(params: RangeParams, party: int, x: np.ndarray, proofs: np.ndarray, calls: np.ndarray,

@@ -47,7 +47,8 @@ def twin_runs(tmp_path: Path, opts: list[str]) -> tuple[dict, dict]:
     a = run_json(tmp_path, ["train", *opts], "inproc")
     b = run_json(tmp_path, ["demo", "--network", "--reproducible", *opts, "--concurrency", "16"], "net")
     assert a["model_sha256"] == b["model_sha256"]
-    assert a["epochs"] == b["epochs"] and a["comm"] == b["comm"] and a["config"] == b["config"]
+    for field in ("epochs", "comm", "config"):
+        assert a[field] == b[field], (field, a[field], b[field])
     return a, b
 
 

@@ -73,6 +73,7 @@ server forms ``x_b``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from collections.abc import Sequence
@@ -177,7 +178,12 @@ def bound_params(config: RoundConfig, users: int) -> RangeParams:
     ------
     InvalidParameters: as :func:`check_bound_ring`.
     """
-    return RangeParams(ROWS, check_bound_ring(config.ring_bits, users, layout=config.layout), config.ring_bits)
+    return _range_params(ROWS, check_bound_ring(config.ring_bits, users, layout=config.layout), config.ring_bits)
+
+
+#: one :class:`~secemb.fss.rangeproof.RangeParams` of each shape a process uses (its sizes, cached properties,
+#: computed once, not in every round's new instance: a dozen of them a check)
+_range_params = functools.lru_cache(maxsize=32)(RangeParams)
 
 
 def check_bound_ring(ring_bits: int, users: int, *, layout: str) -> int:
