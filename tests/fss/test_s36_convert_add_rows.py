@@ -84,3 +84,13 @@ def test_arrays_refused_as_rows_are_refused(backend: str, case: str) -> None:
     with pytest.raises(InvalidParameters, match="convert_add"):
         convert_add(words, TAG, dst, src)
     assert (target == 0).all()
+
+
+def test_the_kernel_gets_one_address_type_either_way() -> None:
+    """The rows' addresses computed from an array are the kernel argument type the list's give (no new
+    numba signature to compile cold), and the same addresses."""
+    numba = pytest.importorskip("numba")
+    batch = np.zeros((4, 3, 5), np.uint32)
+    from_array, from_list = convert._addresses(batch), convert._addresses(list(batch))
+    assert str(numba.typeof(from_array)) == str(numba.typeof(from_list)) == "array(int64, 1d, C)"
+    assert np.array_equal(from_array, from_list)
