@@ -17,7 +17,7 @@ keys, and optionally over each key's positions) are the consumers the servers ru
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -108,7 +108,31 @@ def convert(words: np.ndarray, width: int, ring_bits: int, tag: str) -> np.ndarr
     return out.reshape(words.shape[:-1] + (width,))
 
 
-def convert_add(words: np.ndarray, tag: str, dst: Sequence[np.ndarray], src: Sequence[np.ndarray] | None = None, *,
+def _rows_of(arrays: Sequence[np.ndarray] | np.ndarray) -> bool:
+    """Whether ``arrays`` is one array (N, ...) of at least two axes, to be taken as its rows
+    (:func:`convert_add`)."""
+    return isinstance(arrays, np.ndarray) and arrays.ndim >= 2
+
+
+def _each(arrays: Sequence[np.ndarray] | np.ndarray, ok: Callable[[np.ndarray], bool]) -> bool:
+    """Whether every array of a list passes ``ok``, or, for one array (N, ...), whether its rows
+    do: its first row's verdict (the rows of one array share their dtype, size, strides and
+    writeability)."""
+    if isinstance(arrays, np.ndarray):
+        return not len(arrays) or ok(arrays[0])
+    return all(isinstance(a, np.ndarray) and ok(a) for a in arrays)
+
+
+def _addresses(arrays: Sequence[np.ndarray] | np.ndarray) -> np.ndarray:
+    """int64 (N,): the address of each array of a list, or of each row of one C-contiguous array
+    (N, ...) (its address plus the rows' stride: no address looked up row by row)."""
+    if isinstance(arrays, np.ndarray) and arrays.flags.c_contiguous:
+        return arrays.ctypes.data + np.arange(len(arrays), dtype=np.int64) * arrays.strides[0]
+    return np.array([a.ctypes.data for a in arrays], np.int64)
+
+
+def convert_add(words: np.ndarray, tag: str, dst: Sequence[np.ndarray] | np.ndarray,
+                src: Sequence[np.ndarray] | np.ndarray | None = None, *,
                 negate: bool = False) -> None:
     """``dst[i] = src[i] + Convert_tag(words[i])`` in the ring (``-`` with ``negate``), for every
     word: each array's ``w`` elements (in C order) and the first ``w`` ring elements of the word's
@@ -121,25 +145,30 @@ def convert_add(words: np.ndarray, tag: str, dst: Sequence[np.ndarray], src: Seq
     words: uint64 (N, 2) leaf words (seeds).
     tag: conversion domain.
     dst: ``N`` writeable C-contiguous ring arrays (uint32 or uint64, one dtype, ``w`` elements
-        each, any shape), overwritten; none overlapping another's memory.
+        each, any shape), overwritten; none overlapping another's memory.  Or one writeable
+        C-contiguous ring array (N, ...) whose rows they are (a batch's: checked once, the rows'
+        addresses computed from its own, not one array at a time).
     src: ``N`` ring arrays of ``dst``'s dtype and ``w`` elements, any layout (``src[i]`` may be
-        ``dst[i]``, not another ``dst``), or ``None``: ``dst`` itself (added into in place).
+        ``dst[i]``, not another ``dst``), or one C-contiguous ring array (N, ...) whose rows they
+        are, or ``None``: ``dst`` itself (added into in place).
 
     Raises
     ------
     InvalidParameters: arrays of other shapes, dtypes or sizes, or a ``dst`` that is not
         writeable and C-contiguous (the kernel writes it at its address).
     """
-    dst = list(dst)  # the arrays checked are the arrays whose addresses the kernel gets, held to its end
-    src = dst if src is None else list(src)
+    # the arrays checked are the arrays whose addresses the kernel gets, held to its end: a batch
+    # array's rows (checked as the array), else each array of the list
+    dst = dst if _rows_of(dst) else list(dst)
+    src = dst if src is None else src if _rows_of(src) else list(src)
     n = len(dst)
     dtype = dst[0].dtype if n else np.dtype(np.uint32)
     width = dst[0].size if n else 0
     if (words.shape != (n, 2) or words.dtype != np.uint64 or len(src) != n
             or dtype not in (np.dtype(np.uint32), np.dtype(np.uint64))
-            or any(not isinstance(d, np.ndarray) or d.dtype != dtype or d.size != width or not d.flags.c_contiguous
-                   or not d.flags.writeable for d in dst)
-            or any(not isinstance(x, np.ndarray) or x.dtype != dtype or x.size != width for x in src)):
+            or not _each(dst, lambda d: d.dtype == dtype and d.size == width and d.flags.c_contiguous
+                         and d.flags.writeable)
+            or not _each(src, lambda x: x.dtype == dtype and x.size == width)):
         raise InvalidParameters(f"convert_add: words uint64 ({n}, 2) and {n} writeable C-contiguous ring arrays (and "
                                 f"as many sources) of one dtype and size, got words {words.dtype} {words.shape}, "
                                 f"{len(src)} sources")
@@ -150,10 +179,10 @@ def convert_add(words: np.ndarray, tag: str, dst: Sequence[np.ndarray], src: Seq
         from secemb.fss._aesni import BLOCKS, round_keys
         from secemb.fss._numba_kernels import STEP_BLOCKS, convert_add as kernel
 
-        src = [np.ascontiguousarray(x) for x in src]  # held in this list while the kernel reads them
+        # held (a list, or the array itself) while the kernel reads them
+        src = src if isinstance(src, np.ndarray) and src.flags.c_contiguous else [np.ascontiguousarray(x) for x in src]
         blocks = np.empty((STEP_BLOCKS // BLOCKS * BLOCKS, 2), np.uint64)
-        kernel(np.ascontiguousarray(words), round_keys("convert/" + tag)[0],
-               np.array([x.ctypes.data for x in src], np.int64), np.array([d.ctypes.data for d in dst], np.int64),
+        kernel(np.ascontiguousarray(words), round_keys("convert/" + tag)[0], _addresses(src), _addresses(dst),
                width, bool(negate), blocks, blocks.reshape(-1).view(dtype))
         return
     op = np.subtract if negate else np.add

@@ -83,6 +83,8 @@ def _server1_answers(relay: bool, read_only: bool, monkeypatch: pytest.MonkeyPat
 
         def frozen(self: SecEmbRelayServer, *args: object, **kwargs: object) -> list[np.ndarray]:
             answers = real(self, *args, **kwargs)  # type: ignore[arg-type]
+            if isinstance(answers, np.ndarray):  # the cuckoo batch's rows (session 36): the array itself read-only
+                answers.flags.writeable = False
             for a in answers:
                 a.flags.writeable = False
             frozen.seen = [a.copy() for a in answers]  # type: ignore[attr-defined]

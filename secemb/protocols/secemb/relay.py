@@ -70,14 +70,15 @@ def relay_prgs(seeds: Sequence[bytes], shape: tuple[int, ...], dtype: np.dtype) 
     return convert(_seed_words(seeds), math.prod(shape), ring_bits, RELAY_TAG).reshape(len(seeds), *shape)
 
 
-def relay_masks_into(seeds: Sequence[bytes], dst: Sequence[np.ndarray], src: Sequence[np.ndarray] | None = None, *,
-                     negate: bool = False) -> None:
+def relay_masks_into(seeds: Sequence[bytes], dst: Sequence[np.ndarray] | np.ndarray,
+                     src: Sequence[np.ndarray] | np.ndarray | None = None, *, negate: bool = False) -> None:
     """``dst[i] = src[i] + relay_prg(seeds[i])`` (``-`` with ``negate``) at the arrays' shape, for
     every seed (``src`` ``None``: added into ``dst`` in place): each mask added as it is expanded
     (:func:`~secemb.fss.convert.convert_add`), none held whole, none written into an array of
     masks (what :func:`relay_prgs` returns).  ``dst``: writeable C-contiguous ring arrays of one
-    dtype and shape, ``src`` arrays of theirs (server 1's relay answers: its shares plus the masks;
-    a device's reconstruction: server 0's reply minus the mask).
+    dtype and shape, or one such array (n, ...) whose rows they are (a batch's, checked once),
+    ``src`` arrays of theirs (server 1's relay answers: its shares plus the masks; a device's
+    reconstruction: server 0's reply minus the mask).
 
     Raises
     ------
@@ -469,18 +470,23 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
             tags = [b""] * len(users) if seeds is None else seed_tags([d.mac_key for d in directs], cfg.round_id,
                                                                        seeds)
 
-            def masked(batch: list[tuple[np.ndarray, bytes, bytes]]) -> list[bytes]:
-                """The relay answers of a range of users: their shares plus their masks, each mask
-                added into the shares (no longer needed; a new array where they are read-only or
-                not contiguous) as it is expanded (:func:`relay_masks_into`), then framed with the
-                seed tag."""
-                shares = [a for a, _, _ in batch]
-                sums = [a if a.flags.writeable and a.flags.c_contiguous else np.empty(shape, cfg.dtype) for a in shares]
-                relay_masks_into([seed for _, seed, _ in batch], sums, shares)
-                return [framer(little(a), tag) for a, (_, _, tag) in zip(sums, batch, strict=True)]
+            def masked(span: list[int]) -> list[bytes]:
+                """The relay answers of a range of users (consecutive positions): their shares plus
+                their masks, each mask added into the shares (no longer needed; a new array where
+                they are read-only or not contiguous; the batch's rows as its array, its rows'
+                addresses computed once) as it is expanded (:func:`relay_masks_into`), then framed
+                with the seed tag."""
+                if not span:
+                    return []
+                lo, hi = span[0], span[-1] + 1
+                shares = committed[lo:hi]
+                sums: list[np.ndarray] | np.ndarray = shares if (
+                    isinstance(shares, np.ndarray) and shares.flags.writeable and shares.flags.c_contiguous) else [
+                    a if a.flags.writeable and a.flags.c_contiguous else np.empty(shape, cfg.dtype) for a in shares]
+                relay_masks_into([d.mask_seed for d in directs[lo:hi]], sums, shares)
+                return [framer(little(a), tag) for a, tag in zip(sums, tags[lo:hi], strict=True)]
 
-            replies = self._chunked(masked, [(a, d.mask_seed, t)
-                                             for a, d, t in zip(committed, directs, tags, strict=True)])
+            replies = self._chunked(masked, list(range(len(users))))
             for i, reply in zip(where, replies, strict=True):
                 out[i] = reply
             return out

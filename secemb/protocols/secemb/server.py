@@ -218,11 +218,12 @@ class Request:
     sigma: bytes | None = None  # server 1, verified uploads: the device's proof seed, sent with the request
 
 
-#: an evaluation's per-user answers and control bits, summed folded part, (verified uploads)
-#: the users' sketch values uint64 (n, S, 3), (bounded payloads, cuckoo layout) per-user payload sums
-#: and (bounded payloads, full layout) per-user projections of the folded part, ring (n, ROWS)
-_Evaluated = tuple[list[np.ndarray], list[np.ndarray], np.ndarray, np.ndarray | None, list[PayloadSums] | None,
-                   np.ndarray | None]
+#: an evaluation's per-user answers (a list, or the rows of one array (n, S, w + T): the cuckoo
+#: layout's batch) and control bits, summed folded part, (verified uploads) the users' sketch values
+#: uint64 (n, S, 3), (bounded payloads, cuckoo layout) per-user payload sums and (bounded payloads,
+#: full layout) per-user projections of the folded part, ring (n, ROWS)
+_Evaluated = tuple[list[np.ndarray] | np.ndarray, list[np.ndarray], np.ndarray, np.ndarray | None,
+                   list[PayloadSums] | None, np.ndarray | None]
 
 
 class SecEmbServer(ServerRole):
@@ -411,7 +412,7 @@ class SecEmbServer(ServerRole):
             for result, v in zip(self.backend.map(evaluate_task, [task(lo, hi) for lo, hi in spans]), views,
                                  strict=True):
                 place(result, *v)
-        return (list(answers), list(bits), folded, None if expanded is None else values,
+        return (answers, list(bits), folded, None if expanded is None else values,
                 [PayloadSums(c, k) for c, k in zip(key_conv, t_count, strict=True)] if sums else None, None)
 
     def _fold_target(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -428,12 +429,12 @@ class SecEmbServer(ServerRole):
 
     def _commit_evaluated(self, users: list[int], keys: list[fss.DPFKeys], evaluated: _Evaluated,
                           digests: list[bytes] | None = None, seeds: list[bytes] | None = None,
-                          challenges: list[bytes] | None = None) -> list[np.ndarray]:
+                          challenges: list[bytes] | None = None) -> list[np.ndarray] | np.ndarray:
         """Apply an :meth:`_evaluate` result: fold the batch into the running aggregate and
         keep each user's keys, control bits, (verified uploads, with each user's key
         ``digests`` and sketch ``seeds``, those of the evaluation) its sketch check and (bounded
         payloads, full layout) its ``challenges`` entry and projections until its upload; the
-        answers."""
+        answers (user ``j``'s at ``[j]``: a list, or the rows of the batch's array)."""
         answers, bits, folded, values, sums, projected = evaluated
         if self._folded or not folded.flags.writeable:
             self._sparse += folded

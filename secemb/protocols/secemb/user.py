@@ -371,12 +371,13 @@ class SecEmbUser(UserRole):
         # each reply's header checked against the one expected, framed once for the batch
         openers = (Opener(NAME, "retrieval_reply", 0, cfg.round_id, size),
                    Opener(NAME, "retrieval_reply", 1, cfg.round_id, size))
+        at = answer_bytes(cfg)  # where the sketch seed (or half), then the other server's tag, follow the answer
         out: list[np.ndarray | Exception | None] = [None] * len(users)
         read: list[tuple[int, np.ndarray, np.ndarray | None]] = []
         tagged: list[tuple[int, memoryview]] = []  # relay, verified uploads: server 1's tag of each user's seed
         for i, (user, (reply0, reply1)) in enumerate(zip(users, replies, strict=True)):
             try:
-                share0, share1, tag = user._answer_shares(reply0, reply1, shape, openers)
+                share0, share1, tag = user._answer_shares(reply0, reply1, shape, openers, at)
             except SecembError as exc:
                 out[i] = exc
                 continue
@@ -396,7 +397,7 @@ class SecEmbUser(UserRole):
             if first.relay:  # server 1's share is the mask of the user's seed: share 0 - mask, each mask as made
                 drawn = cast("list[tuple[bytes, bytes]]", [u._seeds for u in ok])  # drawn by a relay request
                 seeds = [s[0] for s in drawn]
-                relay_masks_into(seeds, list(answers), [share0 for _, share0, _ in read], negate=True)
+                relay_masks_into(seeds, answers, [share0 for _, share0, _ in read], negate=True)
             else:
                 for j, (_, share0, share1) in enumerate(read):
                     np.add(share0, cast("np.ndarray", share1), out=answers[j])  # both replies without relay
@@ -405,10 +406,13 @@ class SecEmbUser(UserRole):
         return cast("list[np.ndarray | Exception]", out)  # every entry is set above
 
     def _answer_shares(self, reply0: bytes, reply1: bytes | None, shape: tuple[int, int],
-                       openers: tuple[Opener, Opener]) -> tuple[np.ndarray, np.ndarray | None, memoryview | None]:
+                       openers: tuple[Opener, Opener], at: int) -> tuple[np.ndarray, np.ndarray | None,
+                                                                         memoryview | None]:
         """The two answer shares of the replies, ring ``shape`` each, read in place (views of the
         replies' bytes; the second ``None`` with relay: server 1's is the mask of the user's seed);
-        ``openers``: the round's :class:`Opener` of server 0's and server 1's replies.  With verified
+        ``openers``: the round's :class:`Opener` of server 0's and server 1's replies; ``at``: the
+        answer's length (:func:`~secemb.protocols.secemb.sizes.answer_bytes`, found once a batch),
+        after which the sketch seed (or half), then the other server's tag, follow.  With verified
         uploads the device's sketch seed ``c_u`` is kept -- after the answer in server 0's reply (relay),
         or the XOR of the halves after the answers in both (without relay) -- and checked against the
         other server's tag of it: without relay here (:meth:`_check_seed`), with relay by the caller,
@@ -427,7 +431,6 @@ class SecEmbUser(UserRole):
         cfg = self.config
         if self._state is None:
             raise ProtocolError("retrieval_result before retrieval_request")
-        at = answer_bytes(cfg)  # where the sketch seed (or half), then the other server's tag, follow the answer
         body0 = openers[0](reply0)
         first = read_view(body0, 0, cfg.dtype, shape)
         if self.relay:
