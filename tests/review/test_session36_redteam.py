@@ -366,6 +366,28 @@ def test_s36_r1_overlapping_outputs_with_a_strided_key_acc_are_the_python_sums(
     assert [int(v) for v in buffer] == want
 
 
+@COMPILED
+def test_a_strided_acc_over_key_acc_or_key_t_is_summed_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where a strided ``acc`` or ``key_t`` overlaps another output (``key_acc``'s last axis contiguous: no copy
+    of it), the compiled kernel gets the caller's memory, not a copy whose write-back would drop the other's
+    increments -- spied on (the kernel is not run: the strided array is the one signature the overlap costs, and
+    this file compiles none), the numpy path's sums of the same case checked above against Python's."""
+    from secemb.fss import _numba_kernels
+
+    handed: list = []
+    monkeypatch.setattr(_numba_kernels, "convert_accumulate", lambda *args: handed.append(args))
+    buf = np.zeros(400, np.uint64)
+    acc = buf[: 2 * M * KW].reshape(M, 2 * KW)[:, ::2]
+    key_acc = buf[: KEYS * KW].reshape(KEYS, KW)
+    convert_accumulate(_words(NW), "aggregation", acc, START, _live(), key_acc=key_acc, period=PERIOD)
+    key_t = buf[300 : 300 + 2 * KEYS : 2].view(np.int64)
+    convert_accumulate(_words(NW), "aggregation", buf[300 : 300 + M * KW].reshape(M, KW), START, _live(),
+                       key_acc=np.zeros((KEYS, KW), np.uint64), period=PERIOD, key_t=key_t)
+    (first, second) = handed
+    assert first[3].ctypes.data == acc.ctypes.data and first[3].strides == acc.strides
+    assert second[7].ctypes.data == key_t.ctypes.data and second[7].strides[-1] == key_t.strides[0]
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("case", list(OVERLAPPING))
 def test_fresh_sums_into_overlapping_outputs_are_refused_before_anything(backend: str, case: str,
@@ -395,3 +417,328 @@ def test_s36_r2_a_read_only_acc_is_refused_before_anything_is_summed(backend: st
     with pytest.raises(InvalidParameters):
         convert_accumulate(_words(NW), "aggregation", acc, START, _live(), key_acc=key_acc, period=PERIOD)
     assert not key_acc.any()
+
+
+# --- 3. canonical_part through project_affine; read_only through the hashing wrappers ------------------------
+
+
+def _count_layouts(slots: int) -> list[np.ndarray]:
+    """Counts of every integer dtype and layout a caller may pass, negatives and values past 2^63 among them."""
+    signed = np.frombuffer(os.urandom(8 * slots), np.int64) % 201 - 100
+    big = np.frombuffer(os.urandom(8 * slots), np.uint64) | np.uint64(1 << 63)  # past int64's range
+    wide = np.zeros(2 * slots, np.int64)
+    wide[::2] = signed
+    return [signed.astype(np.int8), np.abs(signed).astype(np.uint16), big, signed.astype(">i8"), wide[::2],
+            signed.astype(np.int32)[::-1].copy()[::-1], signed]
+
+
+def _affine_parts(dtype: type, slots: int, width: int, tail: int) -> list[tuple]:
+    """One part a count layout, their base, words and tail in Fortran, reversed and strided views (writeable:
+    a server's parts are writeable or read-only alike, and read-only ones would compile other signatures)."""
+    parts = []
+    for i, count in enumerate(_count_layouts(slots)):
+        base, words = _ring((slots, width), dtype), _ring((slots, width), dtype)
+        t = _ring((2 * tail,), dtype)[::2]
+        if i % 3 == 1:
+            base, words = np.asfortranarray(base), words[::-1].copy()[::-1]
+        elif i % 3 == 2:
+            base = np.repeat(base, 2, axis=1)[:, ::2]
+        parts.append((base, count, words, t))
+    return parts
+
+
+def _affine_reference(seeds: list[bytes], negate: bool, parts: list[tuple], rows: int, dtype: type,
+                      monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
+    """``project_each`` on numpy's path of the vectors formed in Python integers modulo ``2^k``."""
+    from secemb.fss.projections import project_each
+
+    mod = 1 << (8 * np.dtype(dtype).itemsize)
+    x = []
+    for base, count, words, tail in parts:
+        v = [(int(base[a, e]) + int(count[a]) * int(words[a, e])) % mod for a in range(base.shape[0])
+             for e in range(base.shape[1])]
+        x.append([(-w) % mod if negate else w for w in v] + [int(t) for t in tail])
+    with monkeypatch.context() as m:
+        m.setattr(kernels, "BACKEND", "numpy")
+        return project_each(seeds, np.array(x, dtype), rows).tolist()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [np.uint32, np.uint64])
+def test_project_affine_of_every_count_dtype_and_layout_is_project_each(backend: str, dtype: type,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seven devices whose passes mix every count dtype (int8, uint16, uint64 past 2^63, big-endian int64,
+    strided, reversed int32) and part layout, negated and not, one seed and a seed a device: the words of
+    ``project_each`` (numpy) of the vectors in Python integers; the callers' arrays keep their elements and
+    flags."""
+    from secemb.fss.projections import project_affine
+
+    parts = _affine_parts(dtype, 3, 5, 4)
+    kept = [[(a.copy(), a.flags.writeable, a.flags.c_contiguous, a.dtype) for a in p] for p in parts]
+    for seeds in ([os.urandom(16)] * len(parts), [os.urandom(16) for _ in parts]):
+        for negate in (False, True):
+            want = _affine_reference(seeds, negate, parts, 6, dtype, monkeypatch)
+            _backend(monkeypatch, backend)
+            got = project_affine(seeds, negate, parts, rows=6)
+            assert got.dtype == dtype and got.tolist() == want
+    for part, was in zip(parts, kept, strict=True):
+        for a, (copy, writeable, contiguous, dt) in zip(part, was, strict=True):
+            assert np.array_equal(a, copy) and a.flags.writeable == writeable
+            assert a.flags.c_contiguous == contiguous and a.dtype == dt
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("at", [0, 3, 6])
+def test_project_affine_refuses_a_bool_count(backend: str, at: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bool count (``canonical_part`` would cast it to 0/1) stays refused, wherever it is in the batch."""
+    from secemb.fss.projections import project_affine
+
+    _backend(monkeypatch, backend)
+    parts = _affine_parts(np.uint32, 3, 5, 4)
+    base, count, words, tail = parts[at]
+    parts[at] = (base, count.astype(bool), words, tail)
+    with pytest.raises(InvalidParameters):
+        project_affine([os.urandom(16)] * len(parts), False, parts, rows=4)
+
+
+def _spy(monkeypatch: pytest.MonkeyPatch, module: object, name: str, seen: list) -> None:
+    """Replace the kernel ``module.name`` with a recorder of its arguments' numba types (nothing compiled)."""
+    numba = pytest.importorskip("numba")
+
+    def record(*args: object) -> None:
+        seen.append(tuple(str(numba.typeof(a)) for a in args))
+
+    monkeypatch.setattr(module, name, record)
+
+
+@COMPILED
+def test_the_wrappers_hand_their_kernels_one_type_whatever_the_callers_layout(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What ``shake128_many``, ``hmac_sha256_many`` and ``project_affine`` pass their kernels (spied on: no
+    kernel runs, none compiles) has one numba type for rows / keys / parts in every layout and count dtype a
+    caller may use (writeable ones: writability is passed on for parts): one signature each, no cold compile a
+    layout."""
+    from secemb.fss import _keccak, _projection_kernels
+    from secemb.fss.hashing import hmac_sha256_many, shake128_many
+    from secemb.fss.projections import project_affine
+
+    rows = _ring((6, 40), np.uint8)
+    frozen = rows.copy()
+    frozen.flags.writeable = False
+    layouts = [rows, frozen, np.asfortranarray(rows), np.repeat(rows, 2, axis=1)[:, ::2], rows[::-1].copy()[::-1],
+               np.broadcast_to(rows[:1], rows.shape)]
+    shake: list = []
+    _spy(monkeypatch, _keccak, "_shake_rows", shake)
+    for a in layouts:
+        shake128_many(b"prefix", a, 32)
+    assert len({s[1] for s in shake}) == 1, shake
+    if kernels.sha_compiled():
+        from secemb.fss import _shani
+
+        hmacs: list = []
+        _spy(monkeypatch, _shani, "_hmac_rows", hmacs)
+        for a in layouts:
+            hmac_sha256_many(a[:, :32], b"head", a)
+            hmac_sha256_many(a[:1, :16], b"head", a)
+        assert len({(h[0], h[2]) for h in hmacs}) == 1, hmacs
+    passes: list = []
+    kernel = "affine_tile_products" if _projection_kernels.tiles() else "affine_vectors"
+    _spy(monkeypatch, _projection_kernels, kernel, passes)
+    monkeypatch.setattr(_projection_kernels.Products, "project", lambda *args: None)
+    for dtype in (np.uint32, np.uint64):
+        parts = _affine_parts(dtype, 3, 5, 4)
+        project_affine([os.urandom(16)] * len(parts), False, parts, rows=4)
+        assert len({p[0] for p in passes}) == 1, {p[0] for p in passes}
+        passes.clear()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_hashing_wrappers_leave_the_callers_rows_as_they_were(backend: str,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """``read_only`` makes a read-only view or copy, never the caller's array read-only: after SHAKE-128 and
+    HMAC rows (hashlib's bytes) of every layout, each array keeps its elements and its writeability."""
+    import hashlib
+    import hmac
+
+    from secemb.fss.hashing import hmac_sha256_many, shake128_many
+
+    _backend(monkeypatch, backend)
+    rows = _ring((5, 48), np.uint8)
+    wide = np.repeat(rows, 2, axis=1)
+    layouts = [rows.copy(), np.asfortranarray(rows), wide[:, ::2], rows[::-1].copy()[::-1], rows[:, 3:40]]
+    for a in layouts:
+        copy, writeable = a.copy(), a.flags.writeable
+        assert [bytes(r) for r in shake128_many(b"pre", a, 40)] == [
+            hashlib.shake_128(b"pre" + bytes(r)).digest(40) for r in copy]
+        keys = a[:, :32]
+        assert [bytes(r) for r in hmac_sha256_many(keys, b"hd", a)] == [
+            hmac.digest(bytes(k), b"hd" + bytes(r), "sha256") for k, r in zip(keys, copy, strict=True)]
+        assert np.array_equal(a, copy) and a.flags.writeable == writeable
+        a[0, 0] ^= 1  # still the caller's to write
+    from secemb.fss.kernels import read_only
+
+    for a in layouts:
+        view = read_only(a)
+        assert not view.flags.writeable and view.flags.c_contiguous and np.array_equal(view, a)
+        assert a.flags.writeable
+
+
+# --- 4. PreparedVerifier: blocks, a second and third call, threads; the ring check; the cached RangeParams -----
+
+
+@pytest.fixture(scope="module")
+def provers() -> tuple[R.RangeParams, list[bytes], list]:
+    """``_VERIFIER_BLOCK + 1`` honest devices' ring shares and proofs (a small relation: 2 rows of 6 bits)."""
+    params = R.RangeParams(2, 6, 32)
+    gen = np.random.default_rng(3604)
+    contexts = [b"device %03d" % d for d in range(R._VERIFIER_BLOCK + 1)]
+    return params, contexts, [honest_device(params, gen, c) for c in contexts]
+
+
+@COMPILED
+@pytest.mark.parametrize("n", [1, R._VERIFIER_BLOCK, R._VERIFIER_BLOCK + 1])
+def test_prepared_messages_of_other_ring_shares_are_a_fresh_numpy_verifiers(
+        n: int, provers: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One prepared verifier a server, called with the honest shares, then shares changed at the first, a
+    middle and the last device, then the honest ones, then the changed ones: each call is numpy's
+    ``verifier_messages`` of those shares (a fresh verifier: nothing of an earlier call carried), and
+    ``decide`` rejects exactly the changed devices."""
+    params, contexts, devices = provers
+    contexts, devices = contexts[:n], devices[:n]
+    shares = [R.parse(params, p, [m[p] for _, _, m in devices]) for p in (0, 1)]
+    honest = (np.array([a for a, _, _ in devices]), np.array([b for _, b, _ in devices]))
+    changed = sorted({0, n // 2, n - 1})
+    other = (honest[0].copy(), honest[1])
+    other[0][changed, 1] = (other[0][changed, 1] + 5) % (1 << 32)
+    query = os.urandom(16)
+    want = {}
+    with monkeypatch.context() as m:
+        m.setattr(kernels, "BACKEND", "numpy")
+        for name, ring in (("honest", honest), ("other", other)):
+            want[name] = [R.verifier_messages(params, p, shares[p], ring[p], contexts, query) for p in (0, 1)]
+    prepared = [R.prepare_verifier(params, p, shares[p], contexts, query) for p in (0, 1)]
+    assert prepared[0].blocks is not None and len(prepared[0].blocks) == -(-n // R._VERIFIER_BLOCK)
+    calls = [(name, [prepared[p].messages(ring[p]) for p in (0, 1)])
+             for name, ring in (("honest", honest), ("other", other), ("honest", honest), ("other", other))]
+    for name, got in calls:  # compared after all four calls: no call's answer is a later call's array
+        assert all(np.array_equal(g, w) for g, w in zip(got, want[name], strict=True)), name
+        accepted = R.decide(params, *got).tolist()
+        assert accepted == [name == "honest" or d not in changed for d in range(n)], name
+
+
+@COMPILED
+def test_prepared_messages_from_two_threads_at_once_are_each_calls_own(provers: tuple) -> None:
+    """Two threads calling one prepared verifier with different ring shares, 20 times each: every answer is
+    the one the same call gives alone (no scratch shared between calls)."""
+    params, contexts, devices = provers
+    shares = R.parse(params, 0, [m[0] for _, _, m in devices])
+    honest = np.array([a for a, _, _ in devices])
+    other = (honest + 1) % (1 << 32)
+    prepared = R.prepare_verifier(params, 0, shares, contexts, os.urandom(16))
+    alone = {0: prepared.messages(honest), 1: prepared.messages(other)}
+    wrong: list = []
+
+    def work(which: int) -> None:
+        for _ in range(20):
+            if not np.array_equal(prepared.messages(other if which else honest), alone[which]):
+                wrong.append(which)
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong
+
+
+_DTYPES = ("u1", "u2", "u4", "u8", "i1", "i2", "i4", "i8", ">u2", ">u4", ">u8", ">i4", ">i8")
+
+
+def test_the_ring_check_refuses_every_value_past_the_ring_for_every_ring_and_dtype() -> None:
+    """For every ring of ``RangeParams`` (4..58 bits) and every integer dtype (both byte orders): the dtype's
+    largest value, ``2^k`` and ``2^k - 1`` where the dtype holds them, and -1 for signed dtypes -- refused
+    exactly where the value is negative or at least ``2^k`` (Python integers say which)."""
+    wrong = []
+    for k in range(4, 59):
+        params = R.RangeParams(1, 2, k)
+        for name in _DTYPES:
+            dt = np.dtype(name)
+            info = np.iinfo(dt)
+            for value in {info.max, info.min, 1 << k, (1 << k) - 1, 0}:
+                if not info.min <= value <= info.max:
+                    continue
+                ring = np.array([[value]], dt)
+                try:
+                    R._checked_ring(params, 1, ring)
+                    refused = False
+                except InvalidParameters:
+                    refused = True
+                if refused != (not 0 <= value < 1 << k):
+                    wrong.append((k, name, value, refused))
+    assert not wrong, wrong[:10]
+
+
+def test_the_cached_range_params_hold_only_frozen_fields_and_ints() -> None:
+    """``bound_params``' instance is shared (``lru_cache``): frozen, its cached sizes ints equal to a fresh
+    instance's, another bound another instance -- nothing a round could change for the next."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from secemb.protocols.secemb import bounds as B
+
+    config = SimpleNamespace(ring_bits=32, layout="cuckoo")
+    first, again = B.bound_params(config, 20), B.bound_params(config, 20)  # type: ignore[arg-type]
+    assert first is again
+    fresh = R.RangeParams(first.rows, first.bits, first.ring_bits)
+    names = [n for n in dir(R.RangeParams) if isinstance(getattr(R.RangeParams, n, None), property)
+             or type(getattr(R.RangeParams, n, None)).__name__ == "cached_property"]
+    assert {getattr(first, n) for n in names} and all(getattr(first, n) == getattr(fresh, n) for n in names)
+    assert all(type(v) is int for v in vars(first).values()), vars(first)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        first.bits = 2  # type: ignore[misc]
+    other = B.bound_params(config, 3)  # type: ignore[arg-type]
+    assert other is not first and other.bits != first.bits and other == R.RangeParams(other.rows, other.bits, 32)
+
+
+# --- 5. protocol level: the bounded round with the relay, both layouts ---------------------------------------
+
+#: ``/tmp/r36/proto_base.py`` on 0a9989e (``git archive`` into /tmp/base36, ``PYTHONPATH`` there): the full
+#: layout, bound, 20 users a round, 6 rounds, seed 3, dim 4 -- the same with and without the relay, and main
+#: gave the same; the cuckoo layout gave :data:`C6D12E8_RUNS` with and without the relay.
+FULL_0A9989E: dict[str, list] = {
+    "None": ["6d12d4fd1d21152ead01b6b4381615f87cb92476fcdc8b6f10e9631fda4940c7",
+             [[], [], [], [], [], []], [[], [], [], [], [], [1]]],
+    "oversized-payload": ["ab0633698eeeb0d9e970d411776131e315ba73e9eaba5ce27e17f1c31c535edd",
+                          [[], [], [], [], [], [1]], [[], [], [], [], [], []]],
+    "wrapped-dense": ["ab0633698eeeb0d9e970d411776131e315ba73e9eaba5ce27e17f1c31c535edd",
+                      [[], [], [], [], [], [1]], [[], [], [], [], [], []]],
+    "two-points": ["ab0633698eeeb0d9e970d411776131e315ba73e9eaba5ce27e17f1c31c535edd",
+                   [[], [], [], [], [], [1]], [[], [], [], [], [], []]],
+    "random-bytes": ["ab0633698eeeb0d9e970d411776131e315ba73e9eaba5ce27e17f1c31c535edd",
+                     [[], [], [], [], [], []], [[], [], [], [], [], []]],
+}
+
+
+def _relay_run(attack: str | None, layout: str) -> list:
+    """Session 35's :func:`_run` with the relay and ``layout``."""
+    from secemb import training
+
+    made = training.Experiment
+
+    def relay_experiment(**kw: object) -> object:
+        return made(**{**kw, "relay": True, "layout": layout})
+
+    training.Experiment = relay_experiment  # type: ignore[misc, assignment]
+    try:
+        return _run(attack)
+    finally:
+        training.Experiment = made  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("layout", ["cuckoo", "full"])
+@pytest.mark.parametrize("attack", list(C6D12E8_RUNS))
+def test_a_bounded_relay_round_with_attackers_is_the_base_commits(layout: str, attack: str) -> None:
+    """With the relay (server 1's answers and each device's reconstruction through ``convert_add``'s rows), the
+    same model bit for bit and the same devices rejected as the records without it."""
+    record = C6D12E8_RUNS if layout == "cuckoo" else FULL_0A9989E
+    assert _relay_run(None if attack == "None" else attack, layout) == record[attack]
