@@ -172,6 +172,10 @@ def convert_add(words: np.ndarray, tag: str, dst: Sequence[np.ndarray] | np.ndar
         raise InvalidParameters(f"convert_add: words uint64 ({n}, 2) and {n} writeable C-contiguous ring arrays (and "
                                 f"as many sources) of one dtype and size, got words {words.dtype} {words.shape}, "
                                 f"{len(src)} sources")
+    if isinstance(src, np.ndarray) and src is not dst and np.may_share_memory(src, dst):
+        # S36-R3: a source row over another destination would be read before or after that row is written,
+        # as the backend happens to order it (the lists' form is the caller's to keep apart: its contract)
+        raise InvalidParameters("convert_add: a sources array must be the destinations or not overlap them")
     if not n or not width:
         return
     ring_bits = 8 * dtype.itemsize
@@ -293,12 +297,10 @@ def convert_eval_into(
         out[rows[0] + (key // rows[1]) * rows[2] + (key % rows[1]) * rows[3] + p] = part
 
 
-def _contiguous(out: np.ndarray | None, others: tuple[np.ndarray | None, ...]) -> np.ndarray | None:
-    """``out`` itself where it is C-contiguous (or ``None``, or where its memory may overlap one of ``others``:
-    a copy would drop the other's increments there), else a C-contiguous copy of it to sum into."""
-    if out is None or out.flags.c_contiguous or any(o is not None and np.may_share_memory(out, o) for o in others):
-        return out
-    return np.ascontiguousarray(out)
+def _contiguous(out: np.ndarray | None) -> np.ndarray | None:
+    """``out`` itself where it is C-contiguous (or ``None``), else a C-contiguous copy of it to sum into
+    (:func:`convert_accumulate` writes it back; it passes no output that overlaps another)."""
+    return out if out is None or out.flags.c_contiguous else np.ascontiguousarray(out)
 
 
 def convert_accumulate(words: np.ndarray, tag: str, acc: np.ndarray | None, start: int,
@@ -365,12 +367,19 @@ def convert_accumulate(words: np.ndarray, tag: str, acc: np.ndarray | None, star
     t_by_key = None if key_t is None else key_t.reshape(1, -1) if key_t.ndim == 1 else key_t
     if t_by_key is not None and (by_key is None or t_by_key.dtype != np.int64 or t_by_key.shape != by_key.shape[:2]):
         raise InvalidParameters(f"key_t must be int64 of key_acc's keys' shape, got {t_by_key.dtype} {t_by_key.shape}")
-    if fresh and by_key is not None and any(
-            a is not None and b is not None and np.may_share_memory(a, b)
-            for a, b in ((acc, by_key), (acc, t_by_key), (by_key, t_by_key))):
+    if not all(a is None or a.flags.writeable for a in (acc, by_key, t_by_key)):  # S36-R2: before any sum
+        raise InvalidParameters("convert_accumulate sums into acc, key_acc and key_t in place: they must be writeable")
+    overlap = any(a is not None and b is not None and np.may_share_memory(a, b)
+                  for a, b in ((acc, by_key), (acc, t_by_key), (by_key, t_by_key)))
+    if fresh and by_key is not None and overlap:
         raise InvalidParameters("convert_accumulate with fresh sets the key sums: acc, key_acc and key_t must not "
                                 "overlap")
-    if kernels.compiled():
+    # the compiled kernel sums into C-contiguous outputs (a strided one in a copy written back, below): outputs
+    # that overlap each other, one of them strided, take numpy's path, whose increments land in the shared
+    # memory as they are made (S36-R1: the copies' write-backs dropped each other's sums)
+    copied = not all(a is None or a.flags.c_contiguous for a in (acc, t_by_key)) or (
+        by_key is not None and by_key.strides[2] != dtype.itemsize)
+    if kernels.compiled() and not (overlap and copied):
         from secemb.fss._aesni import round_keys
         from secemb.fss._numba_kernels import convert_accumulate as fused
 
@@ -379,10 +388,10 @@ def convert_accumulate(words: np.ndarray, tag: str, acc: np.ndarray | None, star
         none = np.empty((0, width), dtype)
         # the kernel adds each key's sum at its values' address: they must be contiguous
         keys = by_key if by_key is None or by_key.strides[2] == dtype.itemsize else np.ascontiguousarray(by_key)
-        # a strided acc or key_t summed in a C-contiguous copy, written back (where it overlaps no other output:
+        # a strided acc or key_t summed in a C-contiguous copy, written back (no output overlaps another here:
         # its increments then land where a direct sum's would): one compiled signature a ring and key layout
         # for the servers' arrays and the callers' views alike, not one a mix (~10 s of CPU each, cold)
-        sums, counts = _contiguous(acc, (keys, t_by_key)), _contiguous(t_by_key, (acc, keys))
+        sums, counts = _contiguous(acc), _contiguous(t_by_key)
         fused(np.ascontiguousarray(words), blocks.shape[1], round_keys("convert/" + tag)[0],
               none if sums is None else sums, start, rows, none[None, :0] if keys is None else keys,
               np.empty((0, 0), np.int64) if counts is None else counts, period, bool(fresh),
