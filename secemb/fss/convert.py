@@ -299,7 +299,7 @@ def convert_eval_into(
 
 def _contiguous(out: np.ndarray | None) -> np.ndarray | None:
     """``out`` itself where it is C-contiguous (or ``None``), else a C-contiguous copy of it to sum into
-    (:func:`convert_accumulate` writes it back; it passes no output that overlaps another)."""
+    (:func:`convert_accumulate` writes it back, and sums in no copy of an output that overlaps another)."""
     return out if out is None or out.flags.c_contiguous else np.ascontiguousarray(out)
 
 
@@ -374,32 +374,29 @@ def convert_accumulate(words: np.ndarray, tag: str, acc: np.ndarray | None, star
     if fresh and by_key is not None and overlap:
         raise InvalidParameters("convert_accumulate with fresh sets the key sums: acc, key_acc and key_t must not "
                                 "overlap")
-    # the compiled kernel sums into C-contiguous outputs (a strided one in a copy written back, below): outputs
-    # that overlap each other, one of them strided, take numpy's path, whose increments land in the shared
-    # memory as they are made (S36-R1: the copies' write-backs dropped each other's sums)
-    copied = not all(a is None or a.flags.c_contiguous for a in (acc, t_by_key)) or (
-        by_key is not None and by_key.strides[2] != dtype.itemsize)
-    if kernels.compiled() and not (overlap and copied):
-        from secemb.fss._aesni import round_keys
-        from secemb.fss._numba_kernels import convert_accumulate as fused
-
-        blocks, vals = _fused_scratch(-(-width * ring_bits // 128), dtype)
-        rows = np.ones(big_m, np.uint8) if live is None else live.astype(np.uint8)
-        none = np.empty((0, width), dtype)
-        # the kernel adds each key's sum at its values' address: they must be contiguous
+    if kernels.compiled():
+        # the kernel adds each key's sum at its values' address (they must be contiguous), and a strided acc or
+        # key_t is summed in a C-contiguous copy, written back: one compiled signature a ring and key layout for
+        # the servers' arrays and the callers' views alike, not one a mix (~10 s of CPU each, cold)
         keys = by_key if by_key is None or by_key.strides[2] == dtype.itemsize else np.ascontiguousarray(by_key)
-        # a strided acc or key_t summed in a C-contiguous copy, written back (no output overlaps another here:
-        # its increments then land where a direct sum's would): one compiled signature a ring and key layout
-        # for the servers' arrays and the callers' views alike, not one a mix (~10 s of CPU each, cold)
         sums, counts = _contiguous(acc), _contiguous(t_by_key)
-        fused(np.ascontiguousarray(words), blocks.shape[1], round_keys("convert/" + tag)[0],
-              none if sums is None else sums, start, rows, none[None, :0] if keys is None else keys,
-              np.empty((0, 0), np.int64) if counts is None else counts, period, bool(fresh),
-              blocks, vals, np.empty((blocks.shape[0], 2), np.uint64))
-        for given, summed in ((by_key, keys), (acc, sums), (t_by_key, counts)):
-            if given is not None and summed is not given:
-                given[...] = summed
-        return
+        # outputs that overlap each other, one of them copied, take numpy's path, whose increments land in the
+        # shared memory as they are made (S36-R1: the copies' write-backs dropped each other's sums)
+        if not overlap or (keys is by_key and sums is acc and counts is t_by_key):
+            from secemb.fss._aesni import round_keys
+            from secemb.fss._numba_kernels import convert_accumulate as fused
+
+            blocks, vals = _fused_scratch(-(-width * ring_bits // 128), dtype)
+            rows = np.ones(big_m, np.uint8) if live is None else live.astype(np.uint8)
+            none = np.empty((0, width), dtype)
+            fused(np.ascontiguousarray(words), blocks.shape[1], round_keys("convert/" + tag)[0],
+                  none if sums is None else sums, start, rows, none[None, :0] if keys is None else keys,
+                  np.empty((0, 0), np.int64) if counts is None else counts, period, bool(fresh),
+                  blocks, vals, np.empty((blocks.shape[0], 2), np.uint64))
+            for given, summed in ((by_key, keys), (acc, sums), (t_by_key, counts)):
+                if given is not None and summed is not given:
+                    given[...] = summed
+            return
     if fresh and by_key is not None and words.shape[0] > 0:  # the keys that start among the words
         starting = np.divmod(np.arange(-(-start // period), (start + words.shape[0] - 1) // period + 1),
                              by_key.shape[1])
