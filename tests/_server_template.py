@@ -21,7 +21,7 @@ template off.
 
 The template stays single-threaded (it refuses to fork otherwise), reaps its children and
 reports each exit status the way :class:`subprocess.Popen` does (negative: killed by that
-signal); :class:`ForkedServer` offers the part of :class:`subprocess.Popen`'s interface the
+signal); :class:`Forked` offers the part of :class:`subprocess.Popen`'s interface the
 cluster and the tests use.  When the pytest process ends (the template's standard input
 closes), the template kills what it still runs.
 """
@@ -36,33 +36,35 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-#: environment variables that may differ between a forked server and the template
-_PER_SERVER = ("SECEMB_FAULTS", "SECEMB_FAULT_DIR", "PYTEST_CURRENT_TEST")
+#: environment variables that may differ between a forked process and the template
+_PER_PROCESS = ("SECEMB_FAULTS", "SECEMB_FAULT_DIR", "PYTEST_CURRENT_TEST", "PYTHONUNBUFFERED")
 
 
 # ---------------------------------------------------------------------------------------- template side
-def _child(req: dict[str, Any], status_fd: int) -> None:
-    """In the forked child: become ``python -m secemb ARGS`` (in the requested directory,
-    environment and log file) and never return; ``status_fd`` is the template's answer pipe,
-    closed here."""
+def _child(req: dict[str, Any], fds: list[int], keep_closed: list[int]) -> None:
+    """In the forked child: become ``python -m secemb ARGS`` (in the requested directory and
+    environment, ``fds`` as standard input, output and error) and never return; the template's
+    own channels ``keep_closed`` are closed first."""
     import runpy
     import traceback
 
     code = 1
     try:
-        os.close(status_fd)
+        for fd in keep_closed:
+            os.close(fd)
         os.chdir(req["cwd"])
-        log = os.open(req["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        os.close(null)
-        os.close(log)
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        for fd in set(fds):
+            if fd > 2:
+                os.close(fd)
         os.environ.clear()
         os.environ.update(req["env"])
+        if req["env"].get("PYTHONUNBUFFERED"):
+            sys.stdout.reconfigure(line_buffering=True, write_through=True)
+            sys.stderr.reconfigure(line_buffering=True, write_through=True)
         sys.argv = [req["argv"][0], *req["argv"][3:]]  # as `python -m secemb ...` sets it
         sys.path[0] = req["cwd"]  # where `python -m` looks first (the template's is this file's folder)
         try:
@@ -88,11 +90,14 @@ def _child(req: dict[str, Any], status_fd: int) -> None:
         os._exit(code)
 
 
-def _template() -> None:
-    """The template's loop: read one JSON request a line on standard input (``argv``, ``env``,
-    ``log``), fork, answer ``{"pid": N}`` or ``{"error": ...}``; report every child's exit as
-    ``{"exit": N, "code": C}``; on end of input kill the children still running and exit."""
+def _template(channel: int) -> None:
+    """The template's loop: receive one request a message on the socket ``channel`` (JSON:
+    ``argv``, ``env``, ``cwd``; three descriptors: the child's standard input, output and
+    error), fork, answer ``{"pid": N}`` or ``{"error": ...}`` on standard output; report every
+    child's exit as ``{"exit": N, "code": C}``; when the socket closes, kill the children still
+    running and exit."""
     import select
+    import socket
 
     import typer.main
     from rich.console import Console  # noqa: F401 - what `secemb serve` imports when it runs
@@ -105,6 +110,7 @@ def _template() -> None:
 
     typer.main.get_command(app)  # the imports building the command line does
     warm_kernels()
+    sock = socket.socket(fileno=channel)
     out = os.fdopen(os.dup(1), "w", buffering=1)
     live: set[int] = set()
 
@@ -120,28 +126,26 @@ def _template() -> None:
             say({"exit": pid, "code": os.waitstatus_to_exitcode(status)})
 
     say({"ready": os.getpid()})
-    buf = b""
     while True:
-        ready, _, _ = select.select([0], [], [], 0.02)
+        ready, _, _ = select.select([sock], [], [], 0.02)
         reap()
         if not ready:
             continue
-        chunk = os.read(0, 65536)
-        if not chunk:
+        msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 3)
+        if not msg:
             break
-        buf += chunk
-        while b"\n" in buf:
-            line, buf = buf.split(b"\n", 1)
-            req = json.loads(line)
-            if threading.active_count() != 1:
-                say({"error": f"the template runs {threading.active_count()} threads: it cannot fork"})
-                continue
+        req = json.loads(msg)
+        if threading.active_count() != 1 or len(fds) != 3:
+            say({"error": f"cannot fork: {threading.active_count()} threads, {len(fds)} descriptors"})
+        else:
             out.flush()
             pid = os.fork()
             if pid == 0:
-                _child(req, out.fileno())
+                _child(req, fds, [sock.fileno(), out.fileno()])
             live.add(pid)
             say({"pid": pid})
+        for fd in fds:
+            os.close(fd)
     for pid in list(live):
         try:
             os.kill(pid, signal.SIGKILL)
@@ -154,14 +158,20 @@ def _template() -> None:
 
 
 # ---------------------------------------------------------------------------------------- pytest side
-class ForkedServer:
-    """A server forked by the template: :class:`subprocess.Popen`'s ``pid``, ``returncode``,
-    ``poll``, ``wait``, ``send_signal``, ``terminate`` and ``kill``."""
+class Forked:
+    """A process forked by the template: :class:`subprocess.Popen`'s ``pid``, ``args``,
+    ``returncode``, ``stdout``/``stderr`` (where piped), ``poll``, ``wait``, ``communicate``,
+    ``send_signal``, ``terminate`` and ``kill``."""
 
-    def __init__(self, template: Template, pid: int, args: list[str]) -> None:
+    def __init__(self, template: Template, pid: int, args: list[str], stdout: IO[Any] | None = None,
+                 stderr: IO[Any] | None = None) -> None:
         self._template = template
         self.pid = pid
         self.args = args
+        self.stdout = stdout
+        self.stderr = stderr
+        self._read: dict[str, Any] = {}
+        self._readers: list[threading.Thread] = []
 
     @property
     def returncode(self) -> int | None:
@@ -177,11 +187,32 @@ class ForkedServer:
                 raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
         code = self.returncode
         if code is None:
-            raise RuntimeError("the server template died")
+            raise RuntimeError("the process template died")
         return code
 
+    def communicate(self, timeout: float | None = None) -> tuple[Any, Any]:
+        """Read the piped outputs to their end and wait for the exit, as :meth:`subprocess.Popen.communicate`
+        (no input): after a :class:`subprocess.TimeoutExpired`, call again to go on."""
+        if not self._readers:
+            for name in ("stdout", "stderr"):
+                stream = getattr(self, name)
+                if stream is not None:
+                    def drain(stream: IO[Any] = stream, name: str = name) -> None:
+                        self._read[name] = stream.read()
+                        stream.close()
+
+                    self._readers.append(threading.Thread(target=drain, daemon=True))
+                    self._readers[-1].start()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for reader in self._readers:
+            reader.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if reader.is_alive():
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+        self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return self._read.get("stdout"), self._read.get("stderr")
+
     def send_signal(self, sig: int) -> None:
-        if self.returncode is None:  # the template has not reaped it: the pid is still this server's
+        if self.returncode is None:  # the template has not reaped it: the pid is still this process's
             try:
                 os.kill(self.pid, sig)
             except ProcessLookupError:
@@ -198,15 +229,19 @@ class Template:
     """The template process and the thread that reads its answers."""
 
     def __init__(self) -> None:
+        import socket
+
         self.env = dict(os.environ)
-        self.proc = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     env=self.env)
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.proc = subprocess.Popen([sys.executable, __file__, str(theirs.fileno())], pass_fds=[theirs.fileno()],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=self.env)
+        theirs.close()
         self.codes: dict[int, int] = {}
         self.changed = threading.Condition()
         self.answers: list[dict[str, Any]] = []
         self.dead = False
         self.lock = threading.Lock()  # one request at a time
-        self.reader = threading.Thread(target=self._read, daemon=True, name="server-template")
+        self.reader = threading.Thread(target=self._read, daemon=True, name="process-template")
         self.reader.start()
         with self.changed:
             self.changed.wait_for(lambda: self.answers or self.dead, 120)
@@ -228,40 +263,86 @@ class Template:
 
     def eligible(self, env: dict[str, str]) -> bool:
         def common(e: dict[str, str]) -> dict[str, str]:
-            return {k: v for k, v in e.items() if k not in _PER_SERVER}
+            return {k: v for k, v in e.items() if k not in _PER_PROCESS}
 
         return self.ok and not self.dead and common(env) == common(self.env)
 
-    def spawn(self, argv: list[str], env: dict[str, str], log: Path) -> ForkedServer | None:
-        assert self.proc.stdin is not None
+    def spawn(self, argv: list[str], env: dict[str, str], fds: list[int]) -> int | None:
+        """Fork ``argv`` (``python -m secemb ...``) with ``env`` and ``fds`` as its standard
+        input, output and error: its pid, or ``None`` where the template could not."""
+        import socket
+
+        req = {"argv": argv, "env": env, "cwd": os.getcwd()}
         with self.lock:
-            req = {"argv": argv, "env": env, "log": str(log), "cwd": os.getcwd()}
-            self.proc.stdin.write((json.dumps(req) + "\n").encode())
-            self.proc.stdin.flush()
+            socket.send_fds(self.sock, [json.dumps(req).encode()], fds)
             with self.changed:
                 self.changed.wait_for(lambda: self.answers or self.dead, 60)
-                doc = self.answers.pop(0) if self.answers else {"error": "the server template died"}
-        if "pid" not in doc:
-            return None
-        return ForkedServer(self, doc["pid"], argv)
+                doc = self.answers.pop(0) if self.answers else {"error": "the process template died"}
+        return doc.get("pid")
 
 
 _template_of: dict[int, Template] = {}
 
 
-def _launcher(original: Any) -> Any:
-    def launch(argv: list[str], env: dict[str, str], log: Path) -> Any:
-        template = _template_of.get(os.getpid())
-        if template is None:
-            template = _template_of[os.getpid()] = Template()
-        is_serve = argv[1:4] == ["-m", "secemb", "serve"]
-        if is_serve and template.eligible(env):
-            server = template.spawn(argv, env, log)
-            if server is not None:
-                return server
-        return original(argv, env, log)
+def _template_here() -> Template:
+    template = _template_of.get(os.getpid())
+    if template is None:
+        template = _template_of[os.getpid()] = Template()
+    return template
 
-    return launch
+
+def _is_secemb(argv: list[str]) -> bool:
+    return argv[:3] == [sys.executable, "-m", "secemb"]
+
+
+def popen_secemb(argv: list[str], *, stdout: Any = None, stderr: Any = None, env: dict[str, str] | None = None,
+                 text: bool = False) -> Any:
+    """``subprocess.Popen(argv, stdin=DEVNULL, stdout=..., stderr=..., env=..., text=...)`` for ``argv`` =
+    ``python -m secemb ...``, forked from the template where it can be (stdout: ``None`` or ``PIPE``; stderr:
+    ``None``, ``PIPE`` or ``STDOUT``), else that very Popen."""
+    env = dict(os.environ) if env is None else env
+    template = None if os.environ.get("SECEMB_TEST_FRESH_SERVERS") == "1" else _template_here()
+    if template is None or not _is_secemb(argv) or not template.eligible(env) or stdout not in (None, subprocess.PIPE) \
+            or stderr not in (None, subprocess.PIPE, subprocess.STDOUT):
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, env=env, text=text)
+    null = os.open(os.devnull, os.O_RDONLY)
+    mine: dict[str, int] = {}
+    theirs = [null, 1, 2]
+    if stdout == subprocess.PIPE:
+        mine["stdout"], theirs[1] = os.pipe()
+    if stderr == subprocess.PIPE:
+        mine["stderr"], theirs[2] = os.pipe()
+    elif stderr == subprocess.STDOUT:
+        theirs[2] = theirs[1]
+    try:
+        pid = template.spawn(argv, env, theirs)
+    finally:
+        for fd in {null, theirs[1], theirs[2]} - {1, 2}:
+            os.close(fd)
+    streams = {name: open(fd, "r" if text else "rb") for name, fd in mine.items()}  # noqa: SIM115 - the caller's
+    if pid is None:
+        for stream in streams.values():
+            stream.close()
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, env=env, text=text)
+    return Forked(template, pid, argv, streams.get("stdout"), streams.get("stderr"))
+
+
+def _launch_server(argv: list[str], env: dict[str, str], log: Path) -> Any:
+    """:data:`secemb.sim.cluster.launcher` for the suite: :func:`~secemb.sim.cluster.popen_server`'s
+    process, forked from the template where it can be."""
+    from secemb.sim import cluster
+
+    template = _template_here()
+    if not (_is_secemb(argv) and template.eligible(env)):
+        return cluster.popen_server(argv, env, log)
+    logf = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    null = os.open(os.devnull, os.O_RDONLY)
+    try:
+        pid = template.spawn(argv, env, [null, logf, logf])
+    finally:
+        os.close(logf)
+        os.close(null)
+    return cluster.popen_server(argv, env, log) if pid is None else Forked(template, pid, argv)
 
 
 def pytest_configure(config: Any) -> None:
@@ -269,7 +350,7 @@ def pytest_configure(config: Any) -> None:
         return
     from secemb.sim import cluster
 
-    cluster.launcher = _launcher(cluster.popen_server)
+    cluster.launcher = _launch_server
 
 
 def pytest_unconfigure(config: Any) -> None:
@@ -283,4 +364,4 @@ def pytest_unconfigure(config: Any) -> None:
 
 
 if __name__ == "__main__":
-    _template()
+    _template(int(sys.argv[1]))
