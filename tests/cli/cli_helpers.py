@@ -57,24 +57,10 @@ def init_one_server(root: Path, *args: str) -> list[str]:
 
 def serve(root: Path) -> subprocess.Popen:
     """``secemb serve`` of the deployment at ``root``, returned once ``admin status`` answers (at most 60 s;
-    asserts the server has not exited meanwhile).  Until its port takes a connection the wait polls the port
-    (session 37: ``admin status`` in process builds the whole command line, 0.1-0.2 s of CPU a poll, for the
-    seconds the server takes to import and start)."""
-    from urllib.parse import urlsplit
-
-    from secemb.server.exchange_deploy import ExchangeDeployment
-
+    asserts the server has not exited meanwhile)."""
     server = subprocess.Popen([*SECEMB, "serve", "--config", str(root / "exchange.json"), "--log-level", "warning"],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=ENV)
     deadline = time.monotonic() + 60
-    url = urlsplit(ExchangeDeployment.load(root).url)
-    while True:
-        try:
-            socket.create_connection((url.hostname, url.port), timeout=1.0).close()
-            break
-        except OSError:
-            assert server.poll() is None and time.monotonic() < deadline, "secemb serve did not take a connection"
-            time.sleep(0.1)
     while (res := CliRunner().invoke(app, ["admin", "status", "--deployment", str(root)])).exit_code != 0:
         assert server.poll() is None and time.monotonic() < deadline, res.output
         time.sleep(0.5)
