@@ -16,6 +16,9 @@ import pytest
 
 from round_setup import SecEmbRound, begin
 
+#: the harness's server processes fork from a warm template (tests/_server_template.py)
+pytest_plugins = ["_server_template"]
+
 # The suite starts many Python processes (server processes, CLI runs, device processes).  Where the
 # environment asks Python for no bytecode cache (``PYTHONDONTWRITEBYTECODE``, as some sandboxes set),
 # each of them compiled secemb's ~150 modules from source again (~0.5 s of CPU a server process,
