@@ -2,7 +2,7 @@
 
 Hazmat layer, imported only when numba is installed and the CPU has AES-NI
 (:func:`secemb.fss.kernels.available`), by the callers of the kernels right before the first
-call: importing it loads numba's registries (:func:`_load_numba_registries`).  The
+call: importing it loads numba's registries (:func:`~secemb.fss._kernel_cache.load_numba_registries`).  The
 instructions are the hardware's constant-time AES round; there is no table-based software AES
 here.  The round keys of the public fixed keys
 (:func:`secemb.fss.prg.fixed_key`) are expanded with ``AESKEYGENASSIST`` (:func:`round_keys`),
@@ -60,7 +60,6 @@ Intrinsics (``B`` = :data:`BLOCKS` blocks in flight per call, enough to fill the
 
 from __future__ import annotations
 
-import sys
 from functools import cache
 from typing import TYPE_CHECKING
 
@@ -71,6 +70,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from secemb.fss._kernel_cache import load_numba_registries
 from secemb.fss.kernels import host_cpu_features
 from secemb.fss.prg import fixed_key
 
@@ -84,44 +84,7 @@ __all__ = ["BLOCKS", "LANES", "round_keys", "expand8", "expand8_rows", "halftree
 #: blocks encrypted per intrinsic call of :func:`mmo_blocks` / :func:`mmo_ctr`
 BLOCKS = 16
 
-#: the module numba's ``numba.np.arraymath`` imports to probe for BLAS
-_BLAS_PROBE = "scipy.linalg.cython_blas"
-
-
-def _load_numba_registries() -> None:
-    """Load numba's registries of implementations now, without importing ``scipy.linalg``.
-
-    numba loads them at a process's first compilation or cache load
-    (``BaseContext.refresh``); one of them, ``numba.np.arraymath``, probes for BLAS once by
-    importing ``scipy.linalg.cython_blas``, which imports all of ``scipy.linalg`` -- about half
-    of that first call (0.13-0.16 s here).  The kernels call no BLAS, so the probe is made to
-    fail (a ``None`` entry in ``sys.modules``: the import system's documented way to make an
-    import raise ``ImportError``, which numba catches) for the duration of the refresh only.
-    The process-wide effect: numba-compiled ``np.correlate`` / ``np.convolve`` on floats use
-    numba's own loop instead of BLAS (``np.dot`` and ``np.linalg`` still import scipy when
-    they are compiled).  Where ``scipy.linalg`` is already imported the probe is free and left
-    alone.  Runs once, at this module's import, under numba's compiler lock (which its own
-    refreshes hold); where numba's internals are not where this expects them, it does nothing
-    and numba refreshes as usual (scipy included).
-    """
-    try:  # numba internals: a numba that moved them loads its registries itself, as it always did
-        from numba.core.compiler_lock import global_compiler_lock
-        from numba.core.registry import cpu_target
-    except ImportError:
-        return
-    with global_compiler_lock:
-        if _BLAS_PROBE in sys.modules:
-            cpu_target.target_context.refresh()
-            return
-        sys.modules[_BLAS_PROBE] = None  # type: ignore[assignment]  # None: import raises ImportError
-        try:
-            cpu_target.target_context.refresh()
-        finally:
-            if sys.modules.get(_BLAS_PROBE, 0) is None:
-                del sys.modules[_BLAS_PROBE]
-
-
-_load_numba_registries()
+load_numba_registries()  # numba's registries without scipy.linalg (also at any kernel's first load: _kernel_cache)
 
 _VAES = bool(host_cpu_features().get("vaes")) and bool(host_cpu_features().get("avx2"))
 #: whether :func:`sketch_leaves` can run here: VAES and AVX-512 IFMA on 256-bit vectors (AVX-512 VL)

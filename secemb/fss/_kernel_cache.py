@@ -30,6 +30,7 @@ import errno
 import fcntl
 import functools
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -145,6 +146,56 @@ def _acquire(fd: int, deadline: float) -> bool:
         pause = min(2 * pause, 0.1)
 
 
+#: the module numba's ``numba.np.arraymath`` imports to probe for BLAS
+_BLAS_PROBE = "scipy.linalg.cython_blas"
+#: whether :func:`load_numba_registries` ran in this process
+_registries_loaded = False
+
+
+def load_numba_registries() -> None:
+    """Load numba's registries of implementations now, without importing ``scipy.linalg``.
+
+    numba loads them at a process's first compilation or cache load
+    (``BaseContext.refresh``); one of them, ``numba.np.arraymath``, probes for BLAS once by
+    importing ``scipy.linalg.cython_blas``, which imports all of ``scipy.linalg`` -- about half
+    of that first call (0.13-0.16 s here).  The kernels call no BLAS, so the probe is made to
+    fail (a ``None`` entry in ``sys.modules``: the import system's documented way to make an
+    import raise ``ImportError``, which numba catches) for the duration of the refresh only.
+    The process-wide effect: numba-compiled ``np.correlate`` / ``np.convolve`` on floats use
+    numba's own loop instead of BLAS (``np.dot`` and ``np.linalg`` still import scipy when
+    they are compiled).  Where ``scipy.linalg`` is already imported the probe is free and left
+    alone.  Runs once a process, under numba's compiler lock (which its own refreshes hold);
+    where numba's internals are not where this expects them, it does nothing and numba
+    refreshes as usual (scipy included).
+
+    Called at :mod:`secemb.fss._aesni`'s import and before the first compilation or cache load
+    of any of this package's kernels (:func:`_locking`): a process whose first kernel is one of
+    :mod:`secemb.fss._shani`'s, which imports no AES module (a server authenticating its first
+    request), otherwise paid numba's refresh with ``scipy.linalg`` (session 37's profile of the
+    test suite: ~24 % of the servers' first kernel loads).  Later calls do nothing.
+    """
+    global _registries_loaded
+    if _registries_loaded:
+        return
+    try:  # numba internals: a numba that moved them loads its registries itself, as it always did
+        from numba.core.registry import cpu_target
+    except ImportError:
+        return
+    with global_compiler_lock:
+        if _registries_loaded:
+            return
+        _registries_loaded = True
+        if _BLAS_PROBE in sys.modules:
+            cpu_target.target_context.refresh()
+            return
+        sys.modules[_BLAS_PROBE] = None  # type: ignore[assignment]  # None: import raises ImportError
+        try:
+            cpu_target.target_context.refresh()
+        finally:
+            if sys.modules.get(_BLAS_PROBE, 0) is None:
+                del sys.modules[_BLAS_PROBE]
+
+
 def _locking(compile_: Callable[..., Any]) -> Callable[..., Any]:
     """numba's ``Dispatcher.compile`` run under :func:`compile_locked` for this package's cached
     kernels (their code found in the on-disk cache, or compiled and saved there, by one process at
@@ -157,6 +208,7 @@ def _locking(compile_: Callable[..., Any]) -> Callable[..., Any]:
     def compile(self: Any, sig: Any) -> Any:
         if not getattr(self.py_func, "__code__", None) or not self.py_func.__code__.co_filename.startswith(_PACKAGE):
             return compile_(self, sig)
+        load_numba_registries()
         with global_compiler_lock, compile_locked(self._cache):
             return compile_(self, sig)
 

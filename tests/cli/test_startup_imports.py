@@ -79,6 +79,24 @@ def test_kernels_first_use_leaves_scipy_importable() -> None:
     assert got == {"loaded": [], "dot": 5.0}
 
 
+def test_a_first_kernel_that_is_no_aes_kernel_loads_no_scipy() -> None:
+    """A process whose first kernel is SHA-256's (a server authenticating its first request:
+    :mod:`secemb.fss._shani` imports no AES module) loads numba's registries without
+    ``scipy.linalg`` too (session 37: the kernels' first load goes through
+    :func:`secemb.fss._kernel_cache.load_numba_registries`)."""
+    from secemb.fss import kernels
+
+    if not kernels.available():
+        pytest.skip("numba or AES-NI missing")
+    got = _run(
+        "import numpy as np\n"
+        "from secemb.fss._shani import sha256_many\n"
+        "digest = sha256_many(b'', np.zeros((1, 32), np.uint8))\n"
+        "print(json.dumps({'loaded': loaded(), 'aes': 'secemb.fss._aesni' in sys.modules, 'n': len(digest)}))"
+    )
+    assert got == {"loaded": [], "aes": False, "n": 1}
+
+
 def test_the_cli_exits_without_collecting_what_it_holds() -> None:
     """``secemb`` freezes the garbage collector's objects at exit (the final collections over
     numba's registries cost 0.25-0.3 s of CPU a process); an exit handler registered before
