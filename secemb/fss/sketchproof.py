@@ -838,7 +838,8 @@ def verify(params: SketchParams, x: np.ndarray, proofs: np.ndarray, seeds: Seeds
         from secemb.fss._sketchproof_kernels import verify_core
 
         verdicts = np.empty(len(seeds), dtype=bool)
-        verify_core(*_drawn(params, x, proofs, seeds, queries), params.chunk, np.ascontiguousarray(v1), verdicts)
+        # v1 read-only as it comes off the wire or not: one compiled signature (session 37)
+        verify_core(*_drawn(params, x, proofs, seeds, queries), params.chunk, kernels.read_only(v1), verdicts)
         return verdicts
     r, s = _coefficients(params, seeds)
     v0 = np.empty((len(seeds), params.verifier_length), np.uint64)
