@@ -35,7 +35,24 @@ from secemb.server.tls import client_context
 from secemb.transport.network import ApiClient
 from secemb.transport.signing import user_key
 
-__all__ = ["LocalCluster", "free_port"]
+__all__ = ["LocalCluster", "free_port", "launcher", "popen_server"]
+
+
+def popen_server(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    """Start a server process: ``argv`` with ``env``, standard output and error appended to
+    ``log``, no standard input."""
+    logf = open(log, "ab")  # noqa: SIM115 - handed to the child
+    try:
+        return subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+    finally:
+        logf.close()
+
+
+#: what :class:`LocalCluster` starts its servers with: a callable ``(argv, env, log)`` returning
+#: an object with :class:`subprocess.Popen`'s ``pid``, ``returncode``, ``poll``, ``wait``,
+#: ``send_signal``, ``terminate`` and ``kill`` (the test suite swaps in one that forks the
+#: servers from a warm template process: tests/_server_template.py)
+launcher = popen_server
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -115,7 +132,10 @@ class LocalCluster:
         return self.configs[0].min_users
 
     # ---------------------------------------------------------------- processes
-    def _spawn(self, party: int) -> subprocess.Popen:
+    def command(self, party: int) -> tuple[list[str], dict[str, str], Path]:
+        """How server ``party`` is started: its command line (``python -m secemb serve``), its
+        environment (this process's, with the party's fault points armed or none) and its log
+        file (appended to, standard output and error both)."""
         env = dict(os.environ)
         env.pop(ENV_POINTS, None)
         if self.faults.get(party):
@@ -123,15 +143,13 @@ class LocalCluster:
             fault_dir = self.workdir / f"faults{party}"
             fault_dir.mkdir(exist_ok=True)
             env[ENV_DIR] = str(fault_dir)
-        logf = open(self.workdir / f"server{party}.log", "ab")  # noqa: SIM115 - handed to the child
-        try:
-            return subprocess.Popen(
-                [sys.executable, "-m", "secemb", "serve", "--config", str(self.config_paths[party]),
-                 "--log-level", self.log_level],
-                stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-            )
-        finally:
-            logf.close()
+        argv = [sys.executable, "-m", "secemb", "serve", "--config", str(self.config_paths[party]),
+                "--log-level", self.log_level]
+        return argv, env, self.workdir / f"server{party}.log"
+
+    def _spawn(self, party: int) -> subprocess.Popen:
+        argv, env, log = self.command(party)
+        return launcher(argv, env, log)
 
     def start(self, party: int | None = None, *, timeout: float = 60.0) -> None:
         """Start one server (or both) and wait until it answers ``/v1/health``."""

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from _server_template import popen_secemb
 from secemb.cli import app
 
 
@@ -56,10 +57,11 @@ def init_one_server(root: Path, *args: str) -> list[str]:
 
 
 def serve(root: Path) -> subprocess.Popen:
-    """``secemb serve`` of the deployment at ``root``, returned once ``admin status`` answers (at most 60 s;
-    asserts the server has not exited meanwhile)."""
-    server = subprocess.Popen([*SECEMB, "serve", "--config", str(root / "exchange.json"), "--log-level", "warning"],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=ENV)
+    """``secemb serve`` of the deployment at ``root`` (forked from the suite's template where it can be:
+    tests/_server_template.py), returned once ``admin status`` answers (at most 60 s; asserts the server has not
+    exited meanwhile)."""
+    server = popen_secemb([*SECEMB, "serve", "--config", str(root / "exchange.json"), "--log-level", "warning"],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=ENV)
     deadline = time.monotonic() + 60
     while (res := CliRunner().invoke(app, ["admin", "status", "--deployment", str(root)])).exit_code != 0:
         assert server.poll() is None and time.monotonic() < deadline, res.output
@@ -68,10 +70,11 @@ def serve(root: Path) -> subprocess.Popen:
 
 
 def start_clients(root: Path, *args: str) -> list[subprocess.Popen]:
-    """``secemb client --user U --credentials ROOT/devices/device-U.json ARGS`` for users 0, 1, 2."""
-    return [subprocess.Popen([*SECEMB, "client", "--user", str(u), "--credentials",
-                              str(root / "devices" / f"device-{u}.json"), *args],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV) for u in range(3)]
+    """``secemb client --user U --credentials ROOT/devices/device-U.json ARGS`` for users 0, 1, 2 (forked from the
+    suite's template where they can be)."""
+    return [popen_secemb([*SECEMB, "client", "--user", str(u), "--credentials",
+                          str(root / "devices" / f"device-{u}.json"), *args],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV) for u in range(3)]
 
 
 def stop(proc: subprocess.Popen) -> None:

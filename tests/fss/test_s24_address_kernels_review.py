@@ -147,18 +147,21 @@ def _clean(body: str, timeout: float = 300) -> list[str]:
 # -- the technique: the guard catches one byte out of bounds ------------------------------------------
 
 _OVERREADS = {
-    # SHA-NI told each row is one byte longer than it is (the last row's last byte at the guard); the prefix
-    # read-only from bytes, as sha256_many passes it (the signature the main job compiles, session 37)
+    # SHA-NI told each row is one byte longer than it is (the last row's last byte at the guard); its prefixes
+    # read-only as sha256_many passes them (np.frombuffer of bytes: the signature secemb's runs compile, where a
+    # writable prefix was one of its own, 4 s of cold compile in the CI)
     "sha one byte past the end": """
     from secemb.fss import _shani
     a = place(np.ones((3, 64), np.uint8))
-    _shani._sha_rows(np.frombuffer(bytes(5), np.uint8), a.ctypes.data, 64, 3, 65, _shani._H0, np.empty((3, 8), np.uint32))
+    prefix = np.frombuffer(bytes(5), np.uint8)
+    _shani._sha_rows(prefix, a.ctypes.data, 64, 3, 65, _shani._H0, np.empty((3, 8), np.uint32))
     """,
     # SHA-NI started one byte before the first row (at the lower guard)
     "sha one byte before the start": """
     from secemb.fss import _shani
     a = place(np.ones((3, 64), np.uint8), "start")
-    _shani._sha_rows(np.frombuffer(b"", np.uint8), a.ctypes.data - 1, 64, 3, 64, _shani._H0, np.empty((3, 8), np.uint32))
+    prefix = np.frombuffer(b"", np.uint8)
+    _shani._sha_rows(prefix, a.ctypes.data - 1, 64, 3, 64, _shani._H0, np.empty((3, 8), np.uint32))
     """,
     # bits_accumulate told the bits have one position more than they do
     "bits one position past the end": """

@@ -27,6 +27,7 @@ pytest.importorskip("uvicorn")
 pytest.importorskip("httpx")
 
 from net_helpers import WAIT_S, dump_logs, setup, small_data  # noqa: E402
+from _server_template import popen_secemb  # noqa: E402
 
 from secemb.data import load_dataset, train_test_split  # noqa: E402
 
@@ -163,9 +164,9 @@ def test_the_client_command_trains_a_round_of_a_default_deployment(tmp_path: Pat
                                 "--deadline", "60"])
         assert r.exit_code == 0, r.output
         rid = json.loads(r.output)["round_id"]
-        procs = [subprocess.Popen([sys.executable, "-m", "secemb", "client", "--user", str(u), "--credentials",
-                                   f"{dep}/devices/device-{u}.json", "--wait", "30", "--min-users", "2"],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for u in (a, b)]
+        procs = [popen_secemb([sys.executable, "-m", "secemb", "client", "--user", str(u), "--credentials",
+                               f"{dep}/devices/device-{u}.json", "--wait", "30", "--min-users", "2"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for u in (a, b)]
         outs = [p.communicate(timeout=120) for p in procs]
         for p, (out, err) in zip(procs, outs, strict=True):
             assert p.returncode == 0, out + err + dump_logs(cluster)

@@ -1,0 +1,367 @@
+"""The test suite's servers start from a warm template process (a pytest plugin: tests/conftest.py).
+
+Each ``secemb serve`` process that :class:`~secemb.sim.cluster.LocalCluster` starts costs about
+two seconds of CPU before it answers: the imports (the CLI, numba, FastAPI) and numba's first
+call (its registries and on-disk cache).  The suite starts about 170 of them; their start-up was
+about a sixth of the suite's samples in a profile of a whole run (session 37).  This plugin
+swaps the cluster's :data:`~secemb.sim.cluster.launcher` for one that asks a *template*
+process -- started once per pytest process, having imported the server and loaded its kernels --
+to fork the server instead.  The child then runs ``python -m secemb serve ...`` as a fresh
+process would (:func:`runpy.run_module` of ``secemb``, the same command line), with the
+environment and the log file the cluster asked for: the same code, the same configuration,
+files and state, the same signals and exit codes; what it skips is only the import and the
+kernel loading the template did before the fork.
+
+A server is started the usual way (:func:`~secemb.sim.cluster.popen_server`) when the
+environment it is given differs from the template's in anything but the fault-injection
+variables (``SECEMB_FAULTS``, ``SECEMB_FAULT_DIR``) and pytest's ``PYTEST_CURRENT_TEST``:
+module-level state read from the environment at import (``SECEMB_FSS_KERNELS``, numba's
+variables) would otherwise be the template's.  ``SECEMB_TEST_FRESH_SERVERS=1`` turns the
+template off.
+
+The template stays single-threaded (it refuses to fork otherwise), reaps its children and
+reports each exit status the way :class:`subprocess.Popen` does (negative: killed by that
+signal); :class:`Forked` offers the part of :class:`subprocess.Popen`'s interface the
+cluster and the tests use.  When the pytest process ends (the template's standard input
+closes), the template kills what it still runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any
+
+#: environment variables that may differ between a forked process and the template
+_PER_PROCESS = ("SECEMB_FAULTS", "SECEMB_FAULT_DIR", "PYTEST_CURRENT_TEST", "PYTHONUNBUFFERED")
+
+
+# ---------------------------------------------------------------------------------------- template side
+def _child(req: dict[str, Any], fds: list[int], keep_closed: list[int]) -> None:
+    """In the forked child: become ``python -m secemb ARGS`` (in the requested directory and
+    environment, ``fds`` as standard input, output and error) and never return; the template's
+    own channels ``keep_closed`` are closed first."""
+    import runpy
+    import traceback
+
+    code = 1
+    try:
+        for fd in keep_closed:
+            os.close(fd)
+        os.chdir(req["cwd"])
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        for fd in set(fds):
+            if fd > 2:
+                os.close(fd)
+        os.environ.clear()
+        os.environ.update(req["env"])
+        if req["env"].get("PYTHONUNBUFFERED"):
+            sys.stdout.reconfigure(line_buffering=True, write_through=True)
+            sys.stderr.reconfigure(line_buffering=True, write_through=True)
+        sys.argv = [req["argv"][0], *req["argv"][3:]]  # as `python -m secemb ...` sets it
+        sys.path[0] = req["cwd"]  # where `python -m` looks first (the template's is this file's folder)
+        try:
+            runpy.run_module("secemb", run_name="__main__", alter_sys=True)
+            code = 0
+        except SystemExit as exc:
+            if exc.code is None:
+                code = 0
+            elif isinstance(exc.code, int):
+                code = exc.code
+            else:
+                print(exc.code, file=sys.stderr)
+                code = 1
+        except BaseException:  # noqa: BLE001 - printed as the interpreter would
+            traceback.print_exc()
+            code = 1
+        import atexit
+
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
+
+
+def _template(channel: int) -> None:
+    """The template's loop: receive one request a message on the socket ``channel`` (JSON:
+    ``argv``, ``env``, ``cwd``; three descriptors: the child's standard input, output and
+    error), fork, answer ``{"pid": N}`` or ``{"error": ...}`` on standard output; report every
+    child's exit as ``{"exit": N, "code": C}``; when the socket closes, kill the children still
+    running and exit."""
+    import select
+    import socket
+
+    import typer.main
+    from rich.console import Console  # noqa: F401 - what `secemb serve` imports when it runs
+
+    from secemb.cli import app
+    from secemb.cli import _usage  # noqa: F401
+    from secemb.protocols.backends import warm_kernels
+    from secemb.server import app as server_app, exchange_deploy, listener, persist  # noqa: F401
+    from secemb.sim import allocator  # noqa: F401
+
+    typer.main.get_command(app)  # the imports building the command line does
+    warm_kernels()
+    sock = socket.socket(fileno=channel)
+    out = os.fdopen(os.dup(1), "w", buffering=1)
+    live: set[int] = set()
+
+    def say(doc: dict[str, Any]) -> None:
+        out.write(json.dumps(doc) + "\n")
+
+    def reap() -> None:
+        while live:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                return
+            live.discard(pid)
+            say({"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+
+    say({"ready": os.getpid()})
+    while True:
+        ready, _, _ = select.select([sock], [], [], 0.02)
+        reap()
+        if not ready:
+            continue
+        msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 3)
+        if not msg:
+            break
+        req = json.loads(msg)
+        if threading.active_count() != 1 or len(fds) != 3:
+            say({"error": f"cannot fork: {threading.active_count()} threads, {len(fds)} descriptors"})
+        else:
+            out.flush()
+            pid = os.fork()
+            if pid == 0:
+                _child(req, fds, [sock.fileno(), out.fileno()])
+            live.add(pid)
+            say({"pid": pid})
+        for fd in fds:
+            os.close(fd)
+    for pid in list(live):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + 10
+    while live and time.monotonic() < deadline:
+        reap()
+        time.sleep(0.01)
+
+
+# ---------------------------------------------------------------------------------------- pytest side
+class Forked:
+    """A process forked by the template: :class:`subprocess.Popen`'s ``pid``, ``args``,
+    ``returncode``, ``stdout``/``stderr`` (where piped), ``poll``, ``wait``, ``communicate``,
+    ``send_signal``, ``terminate`` and ``kill``."""
+
+    def __init__(self, template: Template, pid: int, args: list[str], stdout: IO[Any] | None = None,
+                 stderr: IO[Any] | None = None) -> None:
+        self._template = template
+        self.pid = pid
+        self.args = args
+        self.stdout = stdout
+        self.stderr = stderr
+        self._read: dict[str, Any] = {}
+        self._readers: list[threading.Thread] = []
+
+    @property
+    def returncode(self) -> int | None:
+        return self._template.codes.get(self.pid)
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        with self._template.changed:
+            if not self._template.changed.wait_for(lambda: self.pid in self._template.codes or self._template.dead,
+                                                   timeout):
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+        code = self.returncode
+        if code is None:
+            raise RuntimeError("the process template died")
+        return code
+
+    def communicate(self, timeout: float | None = None) -> tuple[Any, Any]:
+        """Read the piped outputs to their end and wait for the exit, as :meth:`subprocess.Popen.communicate`
+        (no input): after a :class:`subprocess.TimeoutExpired`, call again to go on."""
+        if not self._readers:
+            for name in ("stdout", "stderr"):
+                stream = getattr(self, name)
+                if stream is not None:
+                    def drain(stream: IO[Any] = stream, name: str = name) -> None:
+                        self._read[name] = stream.read()
+                        stream.close()
+
+                    self._readers.append(threading.Thread(target=drain, daemon=True))
+                    self._readers[-1].start()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for reader in self._readers:
+            reader.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if reader.is_alive():
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+        self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return self._read.get("stdout"), self._read.get("stderr")
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:  # the template has not reaped it: the pid is still this process's
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+class Template:
+    """The template process and the thread that reads its answers."""
+
+    def __init__(self) -> None:
+        import socket
+
+        self.env = dict(os.environ)
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.proc = subprocess.Popen([sys.executable, __file__, str(theirs.fileno())], pass_fds=[theirs.fileno()],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=self.env)
+        theirs.close()
+        self.codes: dict[int, int] = {}
+        self.changed = threading.Condition()
+        self.answers: list[dict[str, Any]] = []
+        self.dead = False
+        self.lock = threading.Lock()  # one request at a time
+        self.reader = threading.Thread(target=self._read, daemon=True, name="process-template")
+        self.reader.start()
+        with self.changed:
+            self.changed.wait_for(lambda: self.answers or self.dead, 120)
+            self.ok = bool(self.answers) and "ready" in self.answers.pop(0)
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            doc = json.loads(line)
+            with self.changed:
+                if "exit" in doc:
+                    self.codes[doc["exit"]] = doc["code"]
+                else:
+                    self.answers.append(doc)
+                self.changed.notify_all()
+        with self.changed:
+            self.dead = True
+            self.changed.notify_all()
+
+    def eligible(self, env: dict[str, str]) -> bool:
+        def common(e: dict[str, str]) -> dict[str, str]:
+            return {k: v for k, v in e.items() if k not in _PER_PROCESS}
+
+        return self.ok and not self.dead and common(env) == common(self.env)
+
+    def spawn(self, argv: list[str], env: dict[str, str], fds: list[int]) -> int | None:
+        """Fork ``argv`` (``python -m secemb ...``) with ``env`` and ``fds`` as its standard
+        input, output and error: its pid, or ``None`` where the template could not."""
+        import socket
+
+        req = {"argv": argv, "env": env, "cwd": os.getcwd()}
+        with self.lock:
+            socket.send_fds(self.sock, [json.dumps(req).encode()], fds)
+            with self.changed:
+                self.changed.wait_for(lambda: self.answers or self.dead, 60)
+                doc = self.answers.pop(0) if self.answers else {"error": "the process template died"}
+        return doc.get("pid")
+
+
+_template_of: dict[int, Template] = {}
+
+
+def _template_here() -> Template:
+    template = _template_of.get(os.getpid())
+    if template is None:
+        template = _template_of[os.getpid()] = Template()
+    return template
+
+
+def _is_secemb(argv: list[str]) -> bool:
+    return argv[:3] == [sys.executable, "-m", "secemb"]
+
+
+def popen_secemb(argv: list[str], *, stdout: Any = None, stderr: Any = None, env: dict[str, str] | None = None,
+                 text: bool = False) -> Any:
+    """``subprocess.Popen(argv, stdin=DEVNULL, stdout=..., stderr=..., env=..., text=...)`` for ``argv`` =
+    ``python -m secemb ...``, forked from the template where it can be (stdout: ``None`` or ``PIPE``; stderr:
+    ``None``, ``PIPE`` or ``STDOUT``), else that very Popen."""
+    env = dict(os.environ) if env is None else env
+    template = None if os.environ.get("SECEMB_TEST_FRESH_SERVERS") == "1" else _template_here()
+    if template is None or not _is_secemb(argv) or not template.eligible(env) or stdout not in (None, subprocess.PIPE) \
+            or stderr not in (None, subprocess.PIPE, subprocess.STDOUT):
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, env=env, text=text)
+    null = os.open(os.devnull, os.O_RDONLY)
+    mine: dict[str, int] = {}
+    theirs = [null, 1, 2]
+    if stdout == subprocess.PIPE:
+        mine["stdout"], theirs[1] = os.pipe()
+    if stderr == subprocess.PIPE:
+        mine["stderr"], theirs[2] = os.pipe()
+    elif stderr == subprocess.STDOUT:
+        theirs[2] = theirs[1]
+    try:
+        pid = template.spawn(argv, env, theirs)
+    finally:
+        for fd in {null, theirs[1], theirs[2]} - {1, 2}:
+            os.close(fd)
+    streams = {name: open(fd, "r" if text else "rb") for name, fd in mine.items()}  # noqa: SIM115 - the caller's
+    if pid is None:
+        for stream in streams.values():
+            stream.close()
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, env=env, text=text)
+    return Forked(template, pid, argv, streams.get("stdout"), streams.get("stderr"))
+
+
+def _launch_server(argv: list[str], env: dict[str, str], log: Path) -> Any:
+    """:data:`secemb.sim.cluster.launcher` for the suite: :func:`~secemb.sim.cluster.popen_server`'s
+    process, forked from the template where it can be."""
+    from secemb.sim import cluster
+
+    template = _template_here()
+    if not (_is_secemb(argv) and template.eligible(env)):
+        return cluster.popen_server(argv, env, log)
+    logf = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    null = os.open(os.devnull, os.O_RDONLY)
+    try:
+        pid = template.spawn(argv, env, [null, logf, logf])
+    finally:
+        os.close(logf)
+        os.close(null)
+    return cluster.popen_server(argv, env, log) if pid is None else Forked(template, pid, argv)
+
+
+def pytest_configure(config: Any) -> None:
+    if os.environ.get("SECEMB_TEST_FRESH_SERVERS") == "1":
+        return
+    from secemb.sim import cluster
+
+    cluster.launcher = _launch_server
+
+
+def pytest_unconfigure(config: Any) -> None:
+    template = _template_of.pop(os.getpid(), None)
+    if template is not None and template.proc.stdin is not None:
+        template.proc.stdin.close()
+        try:
+            template.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            template.proc.kill()
+
+
+if __name__ == "__main__":
+    _template(int(sys.argv[1]))

@@ -1,0 +1,69 @@
+"""The suite's forked servers (tests/_server_template.py) behave as the processes they stand for:
+``python -m secemb serve`` with the same command line gives the same exit code and the same log
+text whether it is started fresh (:func:`~secemb.sim.cluster.popen_server`) or forked from the
+warm template; signals reach the forked server and its exit status reads as
+:class:`subprocess.Popen`'s; an environment that differs from the template's in anything but the
+fault variables starts a fresh process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+import _server_template
+from secemb.sim import cluster
+
+pytestmark = pytest.mark.skipif(os.environ.get("SECEMB_TEST_FRESH_SERVERS") == "1", reason="template off")
+
+SERVE = [sys.executable, "-m", "secemb", "serve"]
+
+
+def test_a_bad_configuration_exits_2_with_the_same_message_forked_or_fresh(tmp_path):
+    argv = [*SERVE, "--config", str(tmp_path / "missing.json"), "--log-level", "warning"]
+    forked = cluster.launcher(argv, dict(os.environ), tmp_path / "forked.log")
+    fresh = cluster.popen_server(argv, dict(os.environ), tmp_path / "fresh.log")
+    assert isinstance(forked, _server_template.Forked)
+    assert forked.wait(timeout=60) == fresh.wait(timeout=60) == 2
+    text = (tmp_path / "fresh.log").read_text()
+    assert "missing.json" in text and (tmp_path / "forked.log").read_text() == text
+
+
+def test_a_forked_server_killed_reads_as_popen_does_and_another_environment_starts_fresh(tmp_path):
+    from net_helpers import cluster_for, setup, small_data
+
+    tr, _ = small_data()
+    model, proto, config = setup("plaintext", "cuckoo", False, m_prime=8, epochs=1, users_per_round=8)
+    with cluster_for(model, proto, tr, config) as running:
+        procs = list(running.procs)
+        assert all(isinstance(p, _server_template.Forked) for p in procs)
+        assert all(p.poll() is None for p in procs)
+        procs[0].send_signal(signal.SIGKILL)
+        assert procs[0].wait(timeout=30) == -signal.SIGKILL and procs[0].returncode == -signal.SIGKILL
+        running.restart(0)  # the same state directory and port, forked again
+        assert running.alive(0) and running.procs[0].pid != procs[0].pid
+    assert all(p is not None and p.poll() == 0 for p in running.procs)  # SIGTERM: a clean stop
+    other = {**os.environ, "SECEMB_FSS_KERNELS": "numpy"}
+    proc = cluster.launcher([*SERVE, "--help"], other, tmp_path / "help.log")
+    assert not isinstance(proc, _server_template.Forked)
+    assert proc.wait(timeout=60) == 0 and "--config" in (tmp_path / "help.log").read_text()
+
+
+@pytest.mark.parametrize("text", [False, True])
+def test_piped_outputs_and_exit_codes_are_popens(text):
+    """``secemb --version`` (exit 0, stdout) and an unknown command (exit 2, stderr), piped and merged,
+    forked and fresh: the same bytes (or text) and codes."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    for args, stderr in ((["--version"], subprocess.PIPE), (["no-such-command"], subprocess.PIPE),
+                         (["no-such-command"], subprocess.STDOUT)):
+        argv = [sys.executable, "-m", "secemb", *args]
+        forked = _server_template.popen_secemb(argv, stdout=subprocess.PIPE, stderr=stderr, env=env, text=text)
+        fresh = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr, env=env,
+                                 text=text)
+        assert isinstance(forked, _server_template.Forked)
+        got, want = forked.communicate(timeout=60), fresh.communicate(timeout=60)
+        assert got == want and forked.returncode == fresh.returncode, (args, got, want)
+        assert (forked.returncode, bool(got[0])) in ((0, True), (2, stderr == subprocess.STDOUT))
