@@ -864,9 +864,10 @@ def _decide(params: SketchParams, v0: np.ndarray, v1: np.ndarray, s: np.ndarray)
         from secemb.fss._sketchproof_kernels import decide_core
 
         verdicts = np.empty(len(v0), dtype=bool)
-        # the slots' coefficients C-contiguous too (a strided s had compiled another signature, session 37)
-        decide_core(np.ascontiguousarray(v0), np.ascontiguousarray(v1), np.ascontiguousarray(s), params.chunk,
-                    verdicts)
+        # what it reads C-contiguous and read-only (a message off the wire is read-only, the slots' coefficients a
+        # strided view): one compiled signature (session 37)
+        ro = kernels.read_only
+        decide_core(ro(v0), ro(v1), ro(s), params.chunk, verdicts)
         return verdicts
     total = F.add(v0, v1)
     opened = total[:, 1:].reshape(len(total), 2, params.wires + 1)

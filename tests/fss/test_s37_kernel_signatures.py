@@ -4,8 +4,8 @@ arrays come in (C or strided, writeable or read-only), and the elements are the 
 numba compiles a kernel once for each mix of argument types (dtype, layout, writability), 1-12 s of CPU each on a
 fresh install: the fresh-clone CI's compile recorder (session 37) found tests compiling extra signatures of
 ``convert_accumulate`` (a batch's (U, G, w) view, 2 x 12 s), ``verifier_batch`` (strided shares, 12 s),
-``convert_eval``, ``ring_matmul``, ``expand_top``, ``bgi_corrections``, ``_ctr_rows``, ``verify_core`` and the sketch
-loop (read-only vs writeable inputs).  Each test below spies on the kernel the wrapper calls (the spy records
+``convert_eval``, ``ring_matmul``, ``expand_top``, ``bgi_corrections``, ``_ctr_rows``, ``verify_core``, ``decide_core``
+and the sketch loop (read-only vs writeable inputs, strided copies).  Each test below spies on the kernel the wrapper calls (the spy records
 ``numba.typeof`` of the arguments and calls the kernel), calls the wrapper with every layout, and asserts one
 argument type for all of them, no signature added to the dispatcher after the first call, and the same results."""
 
@@ -214,3 +214,24 @@ def test_verifier_blocks_take_strided_shares_in_one_layout() -> None:
             assert np.array_equal(args[-2], first[-2]) and np.array_equal(args[-1], first[-1])
 
 
+
+
+def test_sketch_decide_reads_the_slots_coefficients_in_one_layout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sketch proof's decision with the slots' coefficients ``s`` (n, c) strided (a column range of the
+    drawn coefficients) or C-contiguous and the other server's messages read-only (off the wire) or not: one
+    type for ``decide_core``, the same verdicts."""
+    from secemb.fss import _sketchproof_kernels
+    from secemb.fss import sketchproof as S
+
+    gen = np.random.default_rng(37)
+    params = S.SketchParams(4)
+    v0, v1 = (gen.integers(0, (1 << 61) - 1, (3, params.verifier_length), np.uint64) for _ in range(2))
+    v1[0] = (np.uint64((1 << 61) - 1) - v0[0]) % np.uint64((1 << 61) - 1)  # device 0's z opens to 0
+    s = gen.integers(0, (1 << 61) - 1, (3, params.chunk), np.uint64)
+    verdicts = []
+    with _spy(monkeypatch, _sketchproof_kernels, "decide_core") as types:
+        for coefficients, other in zip(_variants(s)[:3], _variants(v1)[:3], strict=True):
+            verdicts.append(S._decide(params, v0, other, coefficients))
+    _one_type(types, 3)
+    monkeypatch.setattr(kernels, "BACKEND", "numpy")
+    assert all(np.array_equal(v, S._decide(params, v0, v1, s)) for v in verdicts)
