@@ -235,3 +235,30 @@ def test_sketch_decide_reads_the_slots_coefficients_in_one_layout(monkeypatch: p
     _one_type(types, 3)
     monkeypatch.setattr(kernels, "BACKEND", "numpy")
     assert all(np.array_equal(v, S._decide(params, v0, v1, s)) for v in verdicts)
+
+
+def test_the_walk_copies_a_writeable_batch_view_once_and_refuses_a_read_only_one() -> None:
+    """``retrieve_and_prepare_buckets`` walks a caller's strided payload views (a bucket range of a batch's
+    arrays) in C-contiguous copies written back once; read-only views are passed on as they are and refused
+    (InvalidParameters, S36-R2), the batch unchanged, not written back into (a numpy ValueError)."""
+    from secemb.errors import InvalidParameters
+    from secemb.fss.fused import RETRIEVAL_TAG, PayloadSums, retrieve_and_prepare_buckets
+
+    sizes, big_m, width = np.array([20, 13, 1, 7]), 20, 3
+    alphas = np.array([0, 5, 0, 3, 19, 12, 0, 6])
+    p0, _, state = fss.gen_path(alphas, big_m)
+    cw = fss.convert_gen(state, np.ones((len(alphas), 1), np.uint32), ring_bits=32, tag=RETRIEVAL_TAG)
+    tables = np.zeros((4, big_m, 2), np.uint32)
+    key_conv, t_count = np.full((2, 7, width), 9, np.uint32), np.full((2, 7), -5, np.int64)
+    *_, sums = retrieve_and_prepare_buckets(p0, 0, cw, tables, width, sizes=sizes, payload_sums=True,
+                                            payload_out=PayloadSums(key_conv[:, 2:6], t_count[:, 2:6]))
+    plain = retrieve_and_prepare_buckets(p0, 0, cw, tables, width, sizes=sizes, payload_sums=True)[-1]
+    assert np.array_equal(key_conv[:, 2:6].reshape(8, width), plain.key_conv)
+    assert np.array_equal(t_count[:, 2:6].reshape(8), plain.t_count)
+    assert (key_conv[:, :2] == 9).all() and (key_conv[:, 6:] == 9).all() and (t_count[:, 6:] == -5).all()
+    frozen = np.full((2, 7, width), 9, np.uint32)
+    frozen.flags.writeable = False
+    with pytest.raises(InvalidParameters):
+        retrieve_and_prepare_buckets(p0, 0, cw, tables, width, sizes=sizes, payload_sums=True,
+                                     payload_out=PayloadSums(frozen[:, 2:6], t_count[:, 2:6].copy()))
+    assert (frozen == 9).all()
