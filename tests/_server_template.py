@@ -355,8 +355,8 @@ def pytest_configure(config: Any) -> None:
 
 def pytest_unconfigure(config: Any) -> None:
     template = _template_of.pop(os.getpid(), None)
-    if template is not None and template.proc.stdin is not None:
-        template.proc.stdin.close()
+    if template is not None:
+        template.sock.close()  # the template kills what it still runs and exits
         try:
             template.proc.wait(timeout=15)
         except subprocess.TimeoutExpired:

@@ -17,7 +17,7 @@ import pytest
 from round_setup import SecEmbRound, begin
 
 #: the harness's server processes fork from a warm template (tests/_server_template.py)
-pytest_plugins = ["_server_template"]
+pytest_plugins = ["_server_template", "_cli_cache"]
 
 # The suite starts many Python processes (server processes, CLI runs, device processes).  Where the
 # environment asks Python for no bytecode cache (``PYTHONDONTWRITEBYTECODE``, as some sandboxes set),

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
-from conftest import LONGEST_FIRST, pytest_collection_modifyitems
+# this folder's conftest by its path: `import conftest` may find another folder's (tests/server/conftest.py)
+_spec = importlib.util.spec_from_file_location("tests_root_conftest", Path(__file__).with_name("conftest.py"))
+assert _spec is not None and _spec.loader is not None
+_root = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_root)
+LONGEST_FIRST, pytest_collection_modifyitems = _root.LONGEST_FIRST, _root.pytest_collection_modifyitems
 
 
 def test_every_longest_first_file_exists():

@@ -27,7 +27,7 @@ from secemb.errors import InvalidParameters
 from secemb.options import DEFAULTS, RunOptions, read_options
 
 __all__ = ["DEFAULTS", "Alpha", "Backend", "ConfigFile", "DataDir", "Dataset", "Dim", "Download", "DpClip", "DpDelta",
-           "DpEpsilon", "DpLevel", "EarlyStop", "Epochs", "Expansion", "LazyAdam", "Layout", "Lr", "MPrime",
+           "DpEpsilon", "DpLevel", "EarlyStop", "Epochs", "Expansion", "Fresh", "LazyAdam", "Layout", "Lr", "MPrime",
            "MPrimeUpdate", "Metrics", "MinRowHolders", "Model", "Reg", "Relay", "RingBits", "Seed", "SfslPreset",
            "UsersPerRound", "ValidFraction", "Verify", "Workers", "MODEL_OPTIONS", "TRAINING_OPTIONS", "described",
            "option", "run_options", "with_shared_options"]
@@ -116,10 +116,20 @@ TRAINING_OPTIONS = SharedOptions((
     ("lr", Lr), ("reg", Reg), ("dim", Dim), ("ring_bits", RingBits), ("lazy_adam", LazyAdam),
     ("dp_epsilon", DpEpsilon), ("dp_delta", DpDelta), ("dp_clip", DpClip), ("dp_level", DpLevel)))
 
+
+class Fresh:
+    """In ``Annotated[T, Fresh(make)]``, a parameter of a command decorated with :func:`with_shared_options`:
+    its option is ``make()``, called on each read of the signature -- for a help made from a registry that
+    may grow after the command is declared (``protocol_help``: plug-in protocols)."""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self.make = make
+
+
 class _SharedOptionsCommand:
     """A command whose signature (what typer builds it from) has its :class:`SharedOptions` placeholders
-    replaced by their options, made afresh on each read: the command's own annotations are evaluated then,
-    as typer does for a plain function, so a help made from the registry (``protocol_help``) is current."""
+    replaced by their options and its :class:`Fresh` options made, afresh on each read, so typer's every
+    build of the command shows the registry's current state; its other annotations are objects, made once."""
 
     def __init__(self, command: Callable[..., Any]) -> None:
         functools.update_wrapper(self, command)
@@ -137,6 +147,9 @@ class _SharedOptionsCommand:
                 params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=kind,
                                              default=getattr(DEFAULTS, name)) for name, kind in param.default]
             elif param.kind is not inspect.Parameter.VAR_KEYWORD:
+                fresh = getattr(param.annotation, "__metadata__", ())
+                if fresh and isinstance(fresh[0], Fresh):
+                    param = param.replace(annotation=Annotated[param.annotation.__origin__, fresh[0].make()])
                 params.append(param.replace(kind=inspect.Parameter.KEYWORD_ONLY))
         return signature.replace(parameters=params)
 
@@ -144,6 +157,7 @@ class _SharedOptionsCommand:
 def with_shared_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """``command`` with each parameter whose default is a :class:`SharedOptions` group (:data:`MODEL_OPTIONS`,
     :data:`TRAINING_OPTIONS`) replaced, in the signature typer reads, by that group's options (keyword
-    parameters, default ``DEFAULTS.<name>``, in the group's order) -- so ``--help`` lists them there.
-    ``command`` takes them in its ``**options`` and reads them through :func:`run_options`."""
+    parameters, default ``DEFAULTS.<name>``, in the group's order) -- so ``--help`` lists them there --
+    and each :class:`Fresh` option made anew on each build of the command.  ``command`` takes the groups'
+    options in its ``**options`` and reads them through :func:`run_options`."""
     return _SharedOptionsCommand(command)

@@ -20,8 +20,6 @@ servers' models differ), 2 bad usage (e.g. a directory that already holds a CA),
 (``status``) a server shows an alarm (docs/deployment.md, "Alarms").
 """
 
-from __future__ import annotations
-
 import json
 import time
 from collections.abc import Callable

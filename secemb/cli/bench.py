@@ -1,7 +1,5 @@
 """``secemb bench ...``: benchmarks measured on this machine."""
 
-from __future__ import annotations
-
 import contextlib
 import json
 

@@ -1,8 +1,6 @@
 """``secemb bench compare``: SecEmb (two layouts), GREC, SFSL, SecEA, SecFedRec and plaintext
 on the same data, one table and one plot."""
 
-from __future__ import annotations
-
 import json
 from pathlib import Path
 

@@ -1,7 +1,5 @@
 """``secemb bench dp``: SecEmb + DP against epsilon (Figure 6) and against DP-FedRec (Figure 7)."""
 
-from __future__ import annotations
-
 from pathlib import Path
 
 import typer

@@ -3,8 +3,6 @@ post-processing LDP RMSE), the paper's cells beside ours; ``--table9``: GREC's l
 against FedMF w/ Top-K (Table 9); ``--table15``: the server's minutes per round of GREC's
 training protocol (Table 15)."""
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -172,7 +170,7 @@ def register(bench_app: typer.Typer) -> None:
         typer.echo(f"wrote {out}")
 
 
-def _table15(users: str, dataset: str, out: Path, as_json: bool, console: Console) -> None:
+def _table15(users: str, dataset: str, out: Path, as_json: bool, console: "Console") -> None:
     """``--table15 USERS``: measure, write ``out`` and print the table (exit 2 on bad input)."""
     from rich.markup import escape
     from rich.table import Table
@@ -206,7 +204,7 @@ def _table15(users: str, dataset: str, out: Path, as_json: bool, console: Consol
     typer.echo(f"wrote {out}")
 
 
-def _table9(seeds: tuple[int, ...], epochs: int, dataset: str, out: Path, as_json: bool, console: Console) -> None:
+def _table9(seeds: tuple[int, ...], epochs: int, dataset: str, out: Path, as_json: bool, console: "Console") -> None:
     """``--table9``: train, write ``out`` and print the table (exit 2 on bad input)."""
     from rich.markup import escape
     from rich.table import Table

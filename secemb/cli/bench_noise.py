@@ -1,7 +1,5 @@
 """``secemb bench noise``: the discrete-Gaussian samplers' rate (samples per second)."""
 
-from __future__ import annotations
-
 from pathlib import Path
 
 import typer

@@ -1,8 +1,6 @@
 """``secemb bench overhead``: the secure path's CPU beyond plaintext against its DPF kernels'
 CPU, and the whole training process against plaintext (issue 37, goal 1)."""
 
-from __future__ import annotations
-
 import typer
 
 

@@ -1,7 +1,5 @@
 """``secemb bench popularity``: ratings per item against the item's rank (Figure 2(a)), with a plot."""
 
-from __future__ import annotations
-
 from pathlib import Path
 
 import typer

@@ -1,8 +1,6 @@
 """``secemb bench robust``: the cost of verified uploads (issue 34), checked against unchecked
 rounds in one run (:mod:`secemb.bench.robust`)."""
 
-from __future__ import annotations
-
 import json
 
 import typer

@@ -1,7 +1,5 @@
 """``secemb bench scale``: server time per round against workers (processes, threads), with a plot."""
 
-from __future__ import annotations
-
 from pathlib import Path
 
 import typer

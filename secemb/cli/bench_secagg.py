@@ -1,8 +1,6 @@
 """``secemb bench secagg``: the PSU and its secure aggregation (Table VI, Figure 6 of secure
 federated submodel learning), measured in process."""
 
-from __future__ import annotations
-
 from pathlib import Path
 
 import typer

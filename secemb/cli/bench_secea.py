@@ -1,7 +1,5 @@
 """``secemb bench secea``: SecEA on MovieLens-100K silos (our experiment; the paper has none)."""
 
-from __future__ import annotations
-
 from pathlib import Path
 
 import typer

@@ -2,8 +2,6 @@
 baselines SFL / pure FSL / pure FL, Table VI, Figure 6 of its paper, and SFSL training for the
 side-by-side table), measured in process."""
 
-from __future__ import annotations
-
 import json
 import math
 from pathlib import Path

@@ -1,8 +1,6 @@
 """``secemb bench startup``: the set-up of ``secemb train`` and a fresh process's first kernel
 call (issue 37, goal 2)."""
 
-from __future__ import annotations
-
 import typer
 
 

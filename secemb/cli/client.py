@@ -7,8 +7,6 @@ Exit codes: 0 the device took part in the asked number of rounds (or sent its co
 unreachable"), or a round failed; 2 bad usage.
 """
 
-from __future__ import annotations
-
 import json
 import math
 import os

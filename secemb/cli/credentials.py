@@ -7,8 +7,6 @@ written, 2 bad usage (a half unreadable, two halves of one server, halves that d
 output that exists).
 """
 
-from __future__ import annotations
-
 import json
 from pathlib import Path
 from typing import Annotated

@@ -6,8 +6,6 @@ Exit codes: 0 success; 1 ``--verify`` found a mismatch or a round could not be c
 2 bad usage.
 """
 
-from __future__ import annotations
-
 import math
 from dataclasses import fields
 from pathlib import Path
@@ -16,7 +14,7 @@ from typing import Annotated, Any
 import typer
 from secemb.cli._exchange import protocol_help
 from secemb.cli._run_options import (DEFAULTS, MODEL_OPTIONS, TRAINING_OPTIONS, ConfigFile, DataDir, Dataset, Download,
-                                     Model, Verify, option, run_options, with_shared_options)
+                                     Fresh, Model, Verify, option, run_options, with_shared_options)
 
 
 #: the command's own options every protocol takes (where and how it runs, output, display)
@@ -42,9 +40,9 @@ def register(app: typer.Typer) -> None:
         data_dir: DataDir = DEFAULTS.data_dir,
         download: Download = DEFAULTS.download,
         model: Model = DEFAULTS.model,
-        protocol: Annotated[str, option("protocol", help=protocol_help(
+        protocol: Annotated[str, Fresh(lambda: option("protocol", help=protocol_help(
             "A registered protocol that runs in the server deployment (with --network; one server: behind HTTPS)."
-        ))] = DEFAULTS.protocol,
+        )))] = DEFAULTS.protocol,
         shared_model_options: Any = MODEL_OPTIONS,
         seed: Annotated[int, option("seed", help=(
             "Seed of the public model, the data split and the rounds' users (and, with --reproducible or "

@@ -45,8 +45,6 @@ malformed folder or file, an unknown user or item id, an index out of range, pri
 different from the denoiser's).
 """
 
-from __future__ import annotations
-
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -107,7 +105,7 @@ def register(app: typer.Typer) -> None:
         from secemb.errors import InvalidMessage, InvalidParameters
         from secemb.inference.releases import ReleaseLedger
 
-        def parse_items(num_items: int | None, ids: IdMap | None) -> np.ndarray | None:
+        def parse_items(num_items: int | None, ids: "IdMap | None") -> np.ndarray | None:
             """``--items`` as indices: raw ids through ``ids``, else indices in ``[0, num_items)``."""
             if not items:
                 return None
@@ -188,7 +186,7 @@ def _device_index(user: str | None, index: int | None) -> int | None:
     return index if user is None else int(user)
 
 
-def _item_ids(recommender: Path) -> IdMap | None:
+def _item_ids(recommender: Path) -> "IdMap | None":
     """The raw item ids and titles of the recommender's saved folder (``None``: it records none)."""
     from secemb.inference.trained import read_item_ids
 

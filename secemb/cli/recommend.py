@@ -13,8 +13,6 @@ model exported from a deployment (no user's parameters), an unknown user id, an 
 range).
 """
 
-from __future__ import annotations
-
 import json
 from pathlib import Path
 from typing import Annotated

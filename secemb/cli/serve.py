@@ -13,8 +13,6 @@ any state is read; for one server: an option it has no use for, its protocol's d
 state in DIR/state that cannot be restored).
 """
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Annotated, Any
 

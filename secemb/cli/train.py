@@ -6,8 +6,6 @@ that is an input, an existing result without ``--force``, or a path that cannot 
 all checked before any training).
 """
 
-from __future__ import annotations
-
 import math
 import shlex
 from dataclasses import fields
@@ -17,8 +15,8 @@ from typing import Annotated, Any
 import typer
 from secemb.cli._exchange import protocol_help
 from secemb.cli._run_options import (DEFAULTS, MODEL_OPTIONS, TRAINING_OPTIONS, ConfigFile, DataDir, Dataset, Download,
-                                     EarlyStop, MPrimeUpdate, Metrics, Model, Seed, ValidFraction, Verify, described,
-                                     option, run_options, with_shared_options)
+                                     EarlyStop, Fresh, MPrimeUpdate, Metrics, Model, Seed, ValidFraction, Verify,
+                                     described, option, run_options, with_shared_options)
 
 
 #: the command's own options every protocol takes (output and display)
@@ -43,7 +41,8 @@ def register(app: typer.Typer) -> None:
         data_dir: DataDir = DEFAULTS.data_dir,
         download: Download = DEFAULTS.download,
         model: Model = DEFAULTS.model,
-        protocol: Annotated[str, option("protocol", help=protocol_help(described("protocol")))] = DEFAULTS.protocol,
+        protocol: Annotated[
+            str, Fresh(lambda: option("protocol", help=protocol_help(described("protocol"))))] = DEFAULTS.protocol,
         shared_model_options: Any = MODEL_OPTIONS,
         m_prime_update: MPrimeUpdate = DEFAULTS.m_prime_update,
         seed: Seed = DEFAULTS.seed,
