@@ -24,6 +24,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from secemb.fss._keccak import _shake_rows
+from secemb.fss.kernels import read_only
 
 _P = np.uint64((1 << 61) - 1)
 _LO32 = np.uint64(0xFFFFFFFF)
@@ -423,8 +424,9 @@ def ctr_streams(keys: np.ndarray, out: np.ndarray, stride: int, nbytes: int) -> 
         raise ValueError(f"ctr_streams: need 0 <= nbytes <= stride, got nbytes {nbytes}, stride {stride}")
     if n and (stride > out.size or out.size < (n - 1) * stride + passes * span):
         raise ValueError("ctr_streams: out is too small for the rows' passes")
-    if n:  # stride, passes <= out.size: the loop's int64 offsets stay below out.size
-        _ctr_rows(keys, out, stride, passes)
+    if n:  # stride, passes <= out.size: the loop's int64 offsets stay below out.size; the keys read-only (a
+        # message's bytes come read-only, a server's own rows writeable): one compiled signature (session 37)
+        _ctr_rows(read_only(keys), out, stride, passes)
 
 
 @njit(cache=True, nogil=True)

@@ -280,7 +280,8 @@ def convert_eval_into(
 
         blocks, vals = _fused_scratch(-(-width * ring_bits // 128), dtype)
         rk = round_keys("convert/" + tag)[0]
-        convert_eval(np.ascontiguousarray(words), blocks.shape[1], rk, cw, pos0, period, valid, party, out,
+        ro = kernels.read_only  # what it reads C-contiguous and read-only: one compiled signature a ring (session 37)
+        convert_eval(ro(words), blocks.shape[1], rk, ro(cw), pos0, period, valid, party, out,
                      np.array(rows, np.int64), np.empty(0, np.uint8) if bits is None else bits, blocks, vals)
         return
     if bits is not None:
@@ -375,11 +376,11 @@ def convert_accumulate(words: np.ndarray, tag: str, acc: np.ndarray | None, star
         raise InvalidParameters("convert_accumulate with fresh sets the key sums: acc, key_acc and key_t must not "
                                 "overlap")
     if kernels.compiled():
-        # the kernel adds each key's sum at its values' address (they must be contiguous), and a strided acc or
-        # key_t is summed in a C-contiguous copy, written back: one compiled signature a ring and key layout for
-        # the servers' arrays and the callers' views alike, not one a mix (~10 s of CPU each, cold)
-        keys = by_key if by_key is None or by_key.strides[2] == dtype.itemsize else np.ascontiguousarray(by_key)
-        sums, counts = _contiguous(acc), _contiguous(t_by_key)
+        # a strided acc, key_acc or key_t is summed in a C-contiguous copy, written back: one compiled signature
+        # a ring for the servers' arrays and the callers' views alike, not one a mix of layouts (~10 s of CPU each,
+        # cold; session 37: a batch's (U, G, w) view had compiled two more); the walk's callers pass C-contiguous
+        # arrays (fused.retrieve_and_prepare_buckets copies a view once a walk, not once a call here)
+        keys, sums, counts = _contiguous(by_key), _contiguous(acc), _contiguous(t_by_key)
         # outputs that overlap each other, one of them copied, take numpy's path, whose increments land in the
         # shared memory as they are made (S36-R1: the copies' write-backs dropped each other's sums)
         if not overlap or (keys is by_key and sums is acc and counts is t_by_key):

@@ -419,8 +419,20 @@ def retrieve_and_prepare_buckets(
         conv_sum = np.zeros((buckets * mp, agg_width), tables.dtype)
     # the shares bucket-major (B, U, M), as the walk writes them: the product's fast form
     e = np.empty((buckets, users, big_m), tables.dtype)
+    # a caller's strided views (a bucket range of a batch's arrays) are walked into C-contiguous copies, written
+    # back once: each of the walk's many convert_accumulate calls would copy them (its one compiled layout); views
+    # that are read-only or overlap each other or the sums go as they are (convert_accumulate refuses them: S36-R2,
+    # S28-E3)
+    walked, key_t = key_conv, None if payload_out is None else payload_out.t_count
+    if walked is not None and key_t is not None and walked.flags.writeable and key_t.flags.writeable and not any(
+            np.may_share_memory(a, z) for a, z in ((walked, key_t), (walked, conv_sum), (key_t, conv_sum))):
+        walked, key_t = np.ascontiguousarray(walked), np.ascontiguousarray(key_t)
     t = _walk(path, b, (retrieval_cw, e.reshape(-1, 1), (buckets, big_m, users * big_m)), conv_sum, retrieval_tag,
-              aggregation_tag, live, check, key_conv, None if payload_out is None else payload_out.t_count)
+              aggregation_tag, live, check, walked, key_t)
+    if payload_out is not None:
+        for given, summed in ((payload_out.key_conv, walked), (payload_out.t_count, key_t)):
+            if summed is not given:
+                given[...] = summed
     # the product written where its rows belong, user-major: the transposed view of the answers
     answers = np.empty(shapes[0], tables.dtype) if out is None else out[0]
     ring_matmul(e, tables, ring_bits, cols=cols, out=answers.transpose(1, 0, 2))

@@ -123,10 +123,12 @@ def _compiled_matmul(a: np.ndarray, b: np.ndarray | LimbMatrix, dtype: type[np.u
 
     groups, m = (a.shape[0] if a.ndim == 3 else 1), a.shape[-1]
     a3 = np.ascontiguousarray(a).reshape((groups,) + a.shape[-2:])
+    # the rows read-only whether published (read-only) or gathered (writeable): one compiled signature (session 37)
     if isinstance(b, LimbMatrix) and b.rows is not None and b.index is not None:
-        rows, index = np.ascontiguousarray(b.rows), np.ascontiguousarray(b.index).reshape(groups, m)
+        rows, index = kernels.read_only(b.rows), np.ascontiguousarray(b.index).reshape(groups, m)
     else:
-        rows = np.ascontiguousarray(b.ring if isinstance(b, LimbMatrix) else b).reshape(groups * m, b.shape[-1])
+        rows = kernels.read_only(
+            np.ascontiguousarray(b.ring if isinstance(b, LimbMatrix) else b).reshape(groups * m, b.shape[-1]))
         index = np.arange(groups * m, dtype=np.int64).reshape(groups, m)
     if out is None:
         out = np.empty(a.shape[:-1] + b.shape[-1:], dtype)

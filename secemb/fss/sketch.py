@@ -266,10 +266,10 @@ class SketchCheck:
         if r0 == r1:
             return
         ex = self.expanded
-        if kernels.compiled():
-            _compiled_sketch().sketch_accumulate(np.ascontiguousarray(leaves), r0, frontier, self.per_user,
-                                                 ex.round_keys, np.ascontiguousarray(ex.r),
-                                                 np.ascontiguousarray(ex.r2), self.values)
+        if kernels.compiled():  # what it reads C-contiguous and read-only: one compiled signature (session 37)
+            ro = kernels.read_only
+            _compiled_sketch().sketch_accumulate(ro(leaves), r0, frontier, self.per_user, ro(ex.round_keys),
+                                                 ro(ex.r), ro(ex.r2), self.values)
             return
         # the reference: each device's leaves of the group in one ECB call, the sums by key over
         # whole keys' positions (the group's rows placed among zeros: z = 0 adds nothing)
@@ -379,8 +379,9 @@ def _device_inputs_compiled(seeds: Sequence[bytes], mp: int, alphas: np.ndarray,
     rows = _expand_rows(seeds)  # k_u || s_r a device
     ctr_keys = sha256_many(DRBG_DOMAIN, rows[:, _AES_KEY_BYTES:])  # randomness.drbg_key of each s_r
     out = np.empty((*alphas.shape, SKETCH_WORDS), np.uint64)
+    # strided leaf arrays copied C-contiguous (a device's own are): one compiled signature (session 37)
     _device_kernels().device_inputs_many_core(np.ascontiguousarray(rows[:, :_AES_KEY_BYTES]), ctr_keys, alphas,
-                                              leaf0, leaf1, out)
+                                              np.ascontiguousarray(leaf0), np.ascontiguousarray(leaf1), out)
     return out
 
 

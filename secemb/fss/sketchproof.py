@@ -838,7 +838,8 @@ def verify(params: SketchParams, x: np.ndarray, proofs: np.ndarray, seeds: Seeds
         from secemb.fss._sketchproof_kernels import verify_core
 
         verdicts = np.empty(len(seeds), dtype=bool)
-        verify_core(*_drawn(params, x, proofs, seeds, queries), params.chunk, np.ascontiguousarray(v1), verdicts)
+        # v1 read-only as it comes off the wire or not: one compiled signature (session 37)
+        verify_core(*_drawn(params, x, proofs, seeds, queries), params.chunk, kernels.read_only(v1), verdicts)
         return verdicts
     r, s = _coefficients(params, seeds)
     v0 = np.empty((len(seeds), params.verifier_length), np.uint64)
@@ -863,7 +864,10 @@ def _decide(params: SketchParams, v0: np.ndarray, v1: np.ndarray, s: np.ndarray)
         from secemb.fss._sketchproof_kernels import decide_core
 
         verdicts = np.empty(len(v0), dtype=bool)
-        decide_core(np.ascontiguousarray(v0), np.ascontiguousarray(v1), s, params.chunk, verdicts)
+        # what it reads C-contiguous and read-only (a message off the wire is read-only, the slots' coefficients a
+        # strided view): one compiled signature (session 37)
+        ro = kernels.read_only
+        decide_core(ro(v0), ro(v1), ro(s), params.chunk, verdicts)
         return verdicts
     total = F.add(v0, v1)
     opened = total[:, 1:].reshape(len(total), 2, params.wires + 1)

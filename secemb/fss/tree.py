@@ -156,7 +156,8 @@ def leaf_groups(path: PathKeys | PathBlocks) -> Iterator[tuple[int, int, np.ndar
             blocks, lo, roots = 1, 0, path.roots
         else:
             blocks, lo, roots = path.count, path.lo, path.roots()
-        bgi_corrections(keys.cw_seed, keys.cw_tl, keys.cw_tr, blocks, lo, cwp)
+        ro = kernels.read_only  # the fields C-contiguous and read-only, as the roots (compiled_groups)
+        bgi_corrections(ro(keys.cw_seed), ro(keys.cw_tl), ro(keys.cw_tr), blocks, lo, cwp)
         yield from compiled_groups(roots, cwp, path.params.domain_size, round_keys(_LEFT.name, _RIGHT.name))
         return
     whole = path if isinstance(path, PathKeys) else path.copy()
@@ -219,7 +220,9 @@ def compiled_groups(
     s = min(SUBTREE_DEPTH, n)
     f = -(-m >> s)
     frontier = _buf("front", 2 * k * f)[: 2 * k * f].reshape(k * f, 2)
-    expand_top(roots, cwp, n - s, m, rk, frontier.reshape(k, f, 2))
+    # the roots C-contiguous and read-only (a batch's range is a strided view, parsed keys read-only): one
+    # compiled signature a scheme (session 37)
+    expand_top(kernels.read_only(roots), cwp, n - s, m, rk, frontier.reshape(k, f, 2))
     if s == 0:
         yield 0, k, frontier.reshape(k, 1, 2)
         return

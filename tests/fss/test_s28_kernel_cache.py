@@ -74,13 +74,15 @@ def test_a_copy_of_the_package_compiles_again_after_aesni_alone_changes(tmp_path
         f"assert secemb.__file__.startswith({str(tmp_path)!r}), secemb.__file__\n"
         "from secemb.fss._sketch_kernels import LANES, sketch_accumulate\n"
         "from secemb.fss.sketch import SKETCH_WORDS\n"
-        # SketchCheck.add's arguments for one device's leaves over 32 positions, Expanded's read-only keys, r, r^2
+        # SketchCheck.add's arguments for one device's leaves over 32 positions: the leaves, keys, r and r^2
+        # read-only (session 37: it passes everything the loop reads read-only)
         "rks, r, r2 = np.zeros((1, 11, 2 * LANES), np.uint64), np.zeros((1, 32), np.uint64), np.zeros((1, 32), "
         "np.uint64)\n"
-        "for a in (rks, r, r2):\n"
+        "leaves = np.zeros((1, 32, 2), np.uint64)\n"
+        "for a in (leaves, rks, r, r2):\n"
         "    a.flags.writeable = False\n"
         "sums = np.zeros((1, SKETCH_WORDS), np.uint64)\n"
-        "sketch_accumulate(np.zeros((1, 32, 2), np.uint64), 0, 1, 1, rks, r, r2, sums)\n"
+        "sketch_accumulate(leaves, 0, 1, 1, rks, r, r2, sums)\n"
         "print(sum(sketch_accumulate.stats.cache_hits.values()), sum(sketch_accumulate.stats.cache_misses.values()))\n"
     )
     env = {**os.environ, "PYTHONPATH": str(tmp_path), "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
