@@ -237,7 +237,7 @@ def convert_eval_into(
     ------
     InvalidParameters: arrays of other shapes or dtypes, a leaf whose key is not below ``K``, a
         row outside ``out``, ``pos0 < 0``, ``period < 1``, ``valid`` outside ``[0, period]`` (the
-        compiled kernel indexes ``cw`` and ``out`` by them, unchecked).
+        compiled kernel indexes ``cw`` and ``out`` by them, unchecked), a read-only ``out`` or ``bits``.
     Nothing is done (nor checked) for no words.
     """
     dtype = cw.dtype
@@ -274,6 +274,8 @@ def convert_eval_into(
             raise InvalidParameters(f"convert_eval_into: place {place} puts the positions below {valid} of keys "
                                     f"{k0}..{k1} up to row {top} of out, which has {out.shape[0]}")
         rows = (0, group, by_major, by_minor)
+    if not out.flags.writeable or (bits is not None and not bits.flags.writeable):
+        raise InvalidParameters("convert_eval_into: out and bits must be writeable")  # S37-R1: before either path
     if kernels.compiled():
         from secemb.fss._aesni import round_keys
         from secemb.fss._numba_kernels import convert_eval

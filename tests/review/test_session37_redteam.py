@@ -18,9 +18,10 @@ compiled path under test.
 
 Findings (strict xfails, hazmat layer, none reachable from bytes off the wire):
 
-* S37-R1 (low, pre-existing): ``convert_eval_into`` with a read-only ``out`` is not refused by the wrapper: the
-  compiled path hands it to numba (a ``TypingError`` after a failed compile attempt), numpy's path raises numpy's
-  ``ValueError``; its contract lists only ``InvalidParameters``.
+* S37-R1 (low, pre-existing; fixed by the lead): ``convert_eval_into`` with a read-only ``out`` was not refused
+  by the wrapper: the compiled path handed it to numba (a ``TypingError`` after a failed compile attempt), numpy's
+  path raised numpy's ``ValueError``; its contract lists only ``InvalidParameters``.  It now refuses a read-only
+  ``out`` or ``bits`` before either path.
 """
 
 from __future__ import annotations
@@ -286,8 +287,6 @@ def test_ring_matmul_refuses_a_read_only_out(backend, name: str) -> None:  # noq
 
 
 @COMPILED
-@pytest.mark.xfail(strict=True, reason="S37-R1: convert_eval_into passes a read-only out on (numba TypingError / "
-                                       "numpy ValueError), not InvalidParameters")
 @pytest.mark.parametrize("name", ["numba", "numpy"])
 def test_convert_eval_into_refuses_a_read_only_out(backend, monkeypatch: pytest.MonkeyPatch, name: str) -> None:  # noqa: ANN001
     from secemb.fss import _numba_kernels
