@@ -5,8 +5,9 @@ two seconds of CPU before it answers: the imports (the CLI, numba, FastAPI) and 
 call (its registries and on-disk cache).  The suite starts about 170 of them; their start-up was
 about a sixth of the suite's samples in a profile of a whole run (session 37).  This plugin
 swaps the cluster's :data:`~secemb.sim.cluster.launcher` for one that asks a *template*
-process -- started once per pytest process, having imported the server and loaded its kernels --
-to fork the server instead.  The child then runs ``python -m secemb serve ...`` as a fresh
+process -- started once per pytest process, having imported the server and torch (the SecEA and
+SFSL devices' models) and loaded the kernels -- to fork the server instead (and the CLI tests'
+clients: :func:`popen_secemb`).  The child then runs ``python -m secemb serve ...`` as a fresh
 process would (:func:`runpy.run_module` of ``secemb``, the same command line), with the
 environment and the log file the cluster asked for: the same code, the same configuration,
 files and state, the same signals and exit codes; what it skips is only the import and the
@@ -109,6 +110,10 @@ def _template(channel: int) -> None:
     from secemb.sim import allocator  # noqa: F401
 
     typer.main.get_command(app)  # the imports building the command line does
+    # the SecEA and SFSL devices' torch (its import, and torch._dynamo's at their optimizers' first step: ~5 s of
+    # CPU a client; session 37, helper H); forking after importing torch is what torch's own DataLoader does
+    import torch._dynamo  # noqa: F401
+    import torch.optim  # noqa: F401
     warm_kernels()
     sock = socket.socket(fileno=channel)
     out = os.fdopen(os.dup(1), "w", buffering=1)
