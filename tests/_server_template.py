@@ -15,16 +15,17 @@ kernel loading the template did before the fork.
 
 A server is started the usual way (:func:`~secemb.sim.cluster.popen_server`) when the
 environment it is given differs from the template's in anything but the fault-injection
-variables (``SECEMB_FAULTS``, ``SECEMB_FAULT_DIR``) and pytest's ``PYTEST_CURRENT_TEST``:
+variables (``SECEMB_FAULTS``, ``SECEMB_FAULT_DIR``) and the others of :data:`_PER_PROCESS`:
 module-level state read from the environment at import (``SECEMB_FSS_KERNELS``, numba's
 variables) would otherwise be the template's.  ``SECEMB_TEST_FRESH_SERVERS=1`` turns the
-template off.
+template off.  The template warms up in the background (started with an xdist worker, or at the
+first process a plain run starts); until it is ready, the processes start fresh.
 
 The template stays single-threaded (it refuses to fork otherwise), reaps its children and
 reports each exit status the way :class:`subprocess.Popen` does (negative: killed by that
 signal); :class:`Forked` offers the part of :class:`subprocess.Popen`'s interface the
-cluster and the tests use.  When the pytest process ends (the template's standard input
-closes), the template kills what it still runs.
+cluster and the tests use.  When the pytest process ends (the template's socket closes), the
+template kills what it still runs.
 """
 
 from __future__ import annotations
@@ -39,8 +40,11 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-#: environment variables that may differ between a forked process and the template
-_PER_PROCESS = ("SECEMB_FAULTS", "SECEMB_FAULT_DIR", "PYTEST_CURRENT_TEST", "PYTHONUNBUFFERED")
+#: environment variables that may differ between a forked process and the template: the fault points,
+#: pytest's current test, unbuffered output (set again in the child), and the cache folder torch's inductor
+#: writes into the environment of a process that used it (its default, the same everywhere)
+_PER_PROCESS = ("SECEMB_FAULTS", "SECEMB_FAULT_DIR", "PYTEST_CURRENT_TEST", "PYTHONUNBUFFERED",
+                "TORCHINDUCTOR_CACHE_DIR")
 
 
 # ---------------------------------------------------------------------------------------- template side
@@ -231,7 +235,9 @@ class Forked:
 
 
 class Template:
-    """The template process and the thread that reads its answers."""
+    """The template process and the thread that reads its answers.  Started, it imports and loads
+    in the background (seconds; minutes where the kernels' cache is cold and the machine busy): until
+    it says it is ready, :meth:`eligible` is false and the processes start fresh, as before."""
 
     def __init__(self) -> None:
         import socket
@@ -246,11 +252,14 @@ class Template:
         self.answers: list[dict[str, Any]] = []
         self.dead = False
         self.lock = threading.Lock()  # one request at a time
+        self.ready = False
         self.reader = threading.Thread(target=self._read, daemon=True, name="process-template")
         self.reader.start()
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Whether the template is ready within ``timeout`` seconds (for the tests of this module)."""
         with self.changed:
-            self.changed.wait_for(lambda: self.answers or self.dead, 120)
-            self.ok = bool(self.answers) and "ready" in self.answers.pop(0)
+            return self.changed.wait_for(lambda: self.ready or self.dead, timeout) and self.ready and not self.dead
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -259,6 +268,8 @@ class Template:
             with self.changed:
                 if "exit" in doc:
                     self.codes[doc["exit"]] = doc["code"]
+                elif "ready" in doc:
+                    self.ready = True
                 else:
                     self.answers.append(doc)
                 self.changed.notify_all()
@@ -270,7 +281,7 @@ class Template:
         def common(e: dict[str, str]) -> dict[str, str]:
             return {k: v for k, v in e.items() if k not in _PER_PROCESS}
 
-        return self.ok and not self.dead and common(env) == common(self.env)
+        return self.ready and not self.dead and common(env) == common(self.env)
 
     def spawn(self, argv: list[str], env: dict[str, str], fds: list[int]) -> int | None:
         """Fork ``argv`` (``python -m secemb ...``) with ``env`` and ``fds`` as its standard
@@ -351,11 +362,15 @@ def _launch_server(argv: list[str], env: dict[str, str], log: Path) -> Any:
 
 
 def pytest_configure(config: Any) -> None:
+    """Swap the cluster's launcher; in an xdist worker, start the template now, so that it warms up while the
+    first tests run (elsewhere at the first process the tests start: a run without servers starts none)."""
     if os.environ.get("SECEMB_TEST_FRESH_SERVERS") == "1":
         return
     from secemb.sim import cluster
 
     cluster.launcher = _launch_server
+    if hasattr(config, "workerinput"):
+        _template_here()
 
 
 def pytest_unconfigure(config: Any) -> None:

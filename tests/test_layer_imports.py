@@ -117,11 +117,14 @@ IMPORT_BY_NAME = {
     "secemb.protocols.registry": "a registered protocol's class is imported when first asked for: the built-ins are "
                                  "registered as 'module:Class' so that importing secemb.protocols stays cheap, and "
                                  "a plug-in registers its own module",
+    "secemb.cli": "a process imports only the command it runs (COMMANDS: name -> module, session 37): the modules "
+                  "it names are the CLI's own commands, secemb.cli.*, the top layer, so no dependency is hidden",
 }
 
 #: modules with a module-level ``__getattr__`` -> why
 GETATTR = {
     "secemb": "``secemb.Experiment`` on first use: ``import secemb`` stays cheap (no training stack, no torch)",
+    "secemb.cli": "``secemb.cli.app``, the whole app, built at first use: ``secemb serve`` imports only serve's module",
 }
 
 

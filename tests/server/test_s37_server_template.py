@@ -22,6 +22,12 @@ pytestmark = pytest.mark.skipif(os.environ.get("SECEMB_TEST_FRESH_SERVERS") == "
 SERVE = [sys.executable, "-m", "secemb", "serve"]
 
 
+@pytest.fixture(autouse=True)
+def template_ready() -> None:
+    """The template has warmed up (until then the processes start fresh, as they would without it)."""
+    assert _server_template._template_here().wait_ready(600)
+
+
 def test_a_bad_configuration_exits_2_with_the_same_message_forked_or_fresh(tmp_path):
     argv = [*SERVE, "--config", str(tmp_path / "missing.json"), "--log-level", "warning"]
     forked = cluster.launcher(argv, dict(os.environ), tmp_path / "forked.log")
@@ -67,3 +73,12 @@ def test_piped_outputs_and_exit_codes_are_popens(text):
         got, want = forked.communicate(timeout=60), fresh.communicate(timeout=60)
         assert got == want and forked.returncode == fresh.returncode, (args, got, want)
         assert (forked.returncode, bool(got[0])) in ((0, True), (2, stderr == subprocess.STDOUT))
+
+
+def test_what_torch_writes_into_the_environment_keeps_the_template(monkeypatch: pytest.MonkeyPatch, tmp_path):
+    """A process that used torch's inductor has ``TORCHINDUCTOR_CACHE_DIR`` in its environment (torch sets it):
+    the processes it starts afterwards are still forked (in the CI of session 37 they were not: every server of
+    a worker started fresh once one test had used torch in process)."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    proc = _server_template.popen_secemb([sys.executable, "-m", "secemb", "--version"], stdout=subprocess.PIPE)
+    assert isinstance(proc, _server_template.Forked) and proc.communicate(timeout=60)[0].startswith(b"secemb ")
