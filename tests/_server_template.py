@@ -14,10 +14,10 @@ files and state, the same signals and exit codes; what it skips is only the impo
 kernel loading the template did before the fork.
 
 A server is started the usual way (:func:`~secemb.sim.cluster.popen_server`) when the
-environment it is given differs from the template's in anything but the fault-injection
-variables (``SECEMB_FAULTS``, ``SECEMB_FAULT_DIR``) and the others of :data:`_PER_PROCESS`:
-module-level state read from the environment at import (``SECEMB_FSS_KERNELS``, numba's
-variables) would otherwise be the template's.  ``SECEMB_TEST_FRESH_SERVERS=1`` turns the
+environment it is given differs from the template's in a variable that a module may read at
+import (:data:`_AT_IMPORT`: ``SECEMB_FSS_KERNELS``, numba's, ...; but the fault-injection
+variables and the others of :data:`_PER_PROCESS`): the module-level state would otherwise be the
+template's.  ``SECEMB_TEST_FRESH_SERVERS=1`` turns the
 template off.  The template warms up in the background (started with an xdist worker, or at the
 first process a plain run starts); until it is ready, the processes start fresh.
 
@@ -40,11 +40,16 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-#: environment variables that may differ between a forked process and the template: the fault points,
-#: pytest's current test, unbuffered output (set again in the child), and the cache folder torch's inductor
-#: writes into the environment of a process that used it (its default, the same everywhere)
-_PER_PROCESS = ("SECEMB_FAULTS", "SECEMB_FAULT_DIR", "PYTEST_CURRENT_TEST", "PYTHONUNBUFFERED",
-                "TORCHINDUCTOR_CACHE_DIR")
+#: environment variables that may differ between a forked process and the template although they match
+#: :data:`_AT_IMPORT`: the fault points, unbuffered output (set again in the child), and what libraries write
+#: into the environment of the process that used them, read at run time: torch's inductor its cache folder (its
+#: default, the same everywhere), Ray's driver ``PYTHONBREAKPOINT`` (read by ``breakpoint()``)
+_PER_PROCESS = ("SECEMB_FAULTS", "SECEMB_FAULT_DIR", "PYTHONUNBUFFERED", "TORCHINDUCTOR_CACHE_DIR", "PYTHONBREAKPOINT")
+#: prefixes of the variables that the template's modules may read at import (this package's, numba's, Python's,
+#: torch's and Triton's, the math libraries' threads, the loader's): a process whose environment differs from
+#: the template's in one of these starts fresh.  Others (a library's own marks, a test's leftovers) reach the
+#: child's environment all the same, where it reads them at run time.
+_AT_IMPORT = ("SECEMB_", "NUMBA_", "PYTHON", "TORCH", "TRITON_", "OMP_", "MKL_", "OPENBLAS_", "LD_", "CUDA_")
 
 
 # ---------------------------------------------------------------------------------------- template side
@@ -277,11 +282,14 @@ class Template:
             self.dead = True
             self.changed.notify_all()
 
-    def eligible(self, env: dict[str, str]) -> bool:
-        def common(e: dict[str, str]) -> dict[str, str]:
-            return {k: v for k, v in e.items() if k not in _PER_PROCESS}
+    def differs(self, env: dict[str, str]) -> list[str]:
+        """The variables read at import (:data:`_AT_IMPORT`, but :data:`_PER_PROCESS`) whose values in ``env``
+        are not the template's."""
+        return sorted(k for k in set(env) | set(self.env) if k.startswith(_AT_IMPORT) and k not in _PER_PROCESS
+                      and env.get(k) != self.env.get(k))
 
-        return self.ready and not self.dead and common(env) == common(self.env)
+    def eligible(self, env: dict[str, str]) -> bool:
+        return self.ready and not self.dead and not self.differs(env)
 
     def spawn(self, argv: list[str], env: dict[str, str], fds: list[int]) -> int | None:
         """Fork ``argv`` (``python -m secemb ...``) with ``env`` and ``fds`` as its standard

@@ -24,8 +24,11 @@ SERVE = [sys.executable, "-m", "secemb", "serve"]
 
 @pytest.fixture(autouse=True)
 def template_ready() -> None:
-    """The template has warmed up (until then the processes start fresh, as they would without it)."""
-    assert _server_template._template_here().wait_ready(600)
+    """The template has warmed up (until then the processes start fresh, as they would without it), and this
+    process's environment has not drifted from its in a variable read at import."""
+    template = _server_template._template_here()
+    assert template.wait_ready(600)
+    assert template.differs(dict(os.environ)) == []
 
 
 def test_a_bad_configuration_exits_2_with_the_same_message_forked_or_fresh(tmp_path):
