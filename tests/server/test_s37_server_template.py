@@ -23,11 +23,18 @@ SERVE = [sys.executable, "-m", "secemb", "serve"]
 
 
 @pytest.fixture(autouse=True)
-def template_ready() -> None:
+def template_ready(monkeypatch: pytest.MonkeyPatch) -> None:
     """The template has warmed up (until then the processes start fresh, as they would without it), and this
-    process's environment has not drifted from its in a variable read at import."""
+    test runs in its environment: where an earlier test of this process left a variable read at import behind
+    (``TRITON_INTERPRET``: tests/fss/test_fss_gpu.py sets it for good, as Triton reads it at import), the
+    processes start fresh, which is right, but not what these tests are about."""
     template = _server_template._template_here()
     assert template.wait_ready(600)
+    for name in template.differs(dict(os.environ)):
+        if name in template.env:
+            monkeypatch.setenv(name, template.env[name])
+        else:
+            monkeypatch.delenv(name)
     assert template.differs(dict(os.environ)) == []
 
 
