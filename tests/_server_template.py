@@ -315,58 +315,64 @@ def _template_here() -> Template:
     return template
 
 
-def _is_secemb(argv: list[str]) -> bool:
-    return argv[:3] == [sys.executable, "-m", "secemb"]
+def _fork(argv: list[str], env: dict[str, str], out: int, err: int) -> Forked | None:
+    """``argv`` forked by this process's template with ``env``, no standard input and ``out``/``err`` as its
+    standard output and error (descriptors, left open here), or ``None`` where it cannot be: the template
+    turned off or not ready, another command than ``python -m secemb ...``, a variable read at import that
+    differs (:meth:`Template.eligible`), or the template refused."""
+    if os.environ.get("SECEMB_TEST_FRESH_SERVERS") == "1" or argv[:3] != [sys.executable, "-m", "secemb"]:
+        return None
+    template = _template_here()
+    if not template.eligible(env):
+        return None
+    null = os.open(os.devnull, os.O_RDONLY)
+    try:
+        pid = template.spawn(argv, env, [null, out, err])
+    finally:
+        os.close(null)
+    return None if pid is None else Forked(template, pid, argv)
 
 
 def popen_secemb(argv: list[str], *, stdout: Any = None, stderr: Any = None, env: dict[str, str] | None = None,
                  text: bool = False) -> Any:
     """``subprocess.Popen(argv, stdin=DEVNULL, stdout=..., stderr=..., env=..., text=...)`` for ``argv`` =
-    ``python -m secemb ...``, forked from the template where it can be (stdout: ``None`` or ``PIPE``; stderr:
-    ``None``, ``PIPE`` or ``STDOUT``), else that very Popen."""
+    ``python -m secemb ...``, forked from the template where it can be (:func:`_fork`; stdout: ``None`` or
+    ``PIPE``; stderr: ``None``, ``PIPE`` or ``STDOUT``), else that very Popen."""
     env = dict(os.environ) if env is None else env
-    template = None if os.environ.get("SECEMB_TEST_FRESH_SERVERS") == "1" else _template_here()
-    if template is None or not _is_secemb(argv) or not template.eligible(env) or stdout not in (None, subprocess.PIPE) \
-            or stderr not in (None, subprocess.PIPE, subprocess.STDOUT):
-        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, env=env, text=text)
-    null = os.open(os.devnull, os.O_RDONLY)
-    mine: dict[str, int] = {}
-    theirs = [null, 1, 2]
-    if stdout == subprocess.PIPE:
-        mine["stdout"], theirs[1] = os.pipe()
-    if stderr == subprocess.PIPE:
-        mine["stderr"], theirs[2] = os.pipe()
-    elif stderr == subprocess.STDOUT:
-        theirs[2] = theirs[1]
-    try:
-        pid = template.spawn(argv, env, theirs)
-    finally:
-        for fd in {null, theirs[1], theirs[2]} - {1, 2}:
+    if stdout in (None, subprocess.PIPE) and stderr in (None, subprocess.PIPE, subprocess.STDOUT):
+        mine: dict[str, int] = {}
+        theirs = [1, 2]
+        if stdout == subprocess.PIPE:
+            mine["stdout"], theirs[0] = os.pipe()
+        if stderr == subprocess.PIPE:
+            mine["stderr"], theirs[1] = os.pipe()
+        elif stderr == subprocess.STDOUT:
+            theirs[1] = theirs[0]
+        try:
+            forked = _fork(argv, env, *theirs)
+        finally:
+            for fd in set(theirs) - {1, 2}:
+                os.close(fd)
+        if forked is not None:
+            forked.stdout, forked.stderr = (open(mine[name], "r" if text else "rb") if name in mine else None  # noqa: SIM115
+                                            for name in ("stdout", "stderr"))
+            return forked
+        for fd in mine.values():
             os.close(fd)
-    streams = {name: open(fd, "r" if text else "rb") for name, fd in mine.items()}  # noqa: SIM115 - the caller's
-    if pid is None:
-        for stream in streams.values():
-            stream.close()
-        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, env=env, text=text)
-    return Forked(template, pid, argv, streams.get("stdout"), streams.get("stderr"))
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, env=env, text=text)
 
 
 def _launch_server(argv: list[str], env: dict[str, str], log: Path) -> Any:
     """:data:`secemb.sim.cluster.launcher` for the suite: :func:`~secemb.sim.cluster.popen_server`'s
-    process, forked from the template where it can be."""
+    process, forked from the template where it can be (:func:`_fork`)."""
     from secemb.sim import cluster
 
-    template = _template_here()
-    if not (_is_secemb(argv) and template.eligible(env)):
-        return cluster.popen_server(argv, env, log)
     logf = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    null = os.open(os.devnull, os.O_RDONLY)
     try:
-        pid = template.spawn(argv, env, [null, logf, logf])
+        forked = _fork(argv, env, logf, logf)
     finally:
         os.close(logf)
-        os.close(null)
-    return cluster.popen_server(argv, env, log) if pid is None else Forked(template, pid, argv)
+    return cluster.popen_server(argv, env, log) if forked is None else forked
 
 
 def pytest_configure(config: Any) -> None:
