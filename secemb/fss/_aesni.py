@@ -60,6 +60,7 @@ Intrinsics (``B`` = :data:`BLOCKS` blocks in flight per call, enough to fill the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 from typing import TYPE_CHECKING
 
@@ -79,10 +80,13 @@ if TYPE_CHECKING:
 
 __all__ = ["BLOCKS", "LANES", "round_keys", "expand8", "expand8_rows", "halftree16", "halftree16_rows",
            "mmo_blocks", "mmo_ctr", "aes_ctr", "KEY_GROUP", "SUM_BITS", "SUM_VECTORS", "sum_keys1", "sum_keys4", "IFMA",
-           "SKETCH_CHUNKS", "sketch_leaves", "sketch_rows", "key_expand"]
+           "SKETCH_CHUNKS", "sketch_leaves", "sketch_rows", "key_expand", "walk_keys", "BGI_PARENTS",
+           "HALFTREE_PARENTS"]
 
 #: blocks encrypted per intrinsic call of :func:`mmo_blocks` / :func:`mmo_ctr`
 BLOCKS = 16
+#: parents of a group of :func:`expand8` (16 AES blocks) and of :func:`halftree16` (16 blocks)
+BGI_PARENTS, HALFTREE_PARENTS = 8, 16
 
 load_numba_registries()  # numba's registries without scipy.linalg (also at any kernel's first load: _kernel_cache)
 
@@ -94,6 +98,7 @@ LANES = 2 if _VAES else 1
 _I64 = ir.IntType(64)
 _I32 = ir.IntType(32)
 _VEC = ir.VectorType(_I64, 2 * LANES)
+_V2 = ir.VectorType(_I64, 2)
 _SUFFIX = ".256" if _VAES else ""
 
 
@@ -119,15 +124,19 @@ def _schedule(builder: ir.IRBuilder, addr: ir.Value) -> list[ir.Value]:
     return [_load(builder, ptr, r) for r in range(11)]
 
 
-def _encrypt(builder: ir.IRBuilder, jobs: list[tuple[list[ir.Value], ir.Value]]) -> list[ir.Value]:
-    """AES-128 of every ``(schedule, vector)`` job, rounds interleaved across jobs."""
+def _encrypt(builder: ir.IRBuilder, jobs: list[tuple[list[ir.Value], ir.Value]],
+             last_keys: list[ir.Value] | None = None) -> list[ir.Value]:
+    """AES-128 of every ``(schedule, vector)`` job, rounds interleaved across jobs; the last
+    round's key is the schedule's, or job ``i``'s ``last_keys[i]`` (which ``AESENCLAST`` XORs in
+    last: an XOR into the result folded into the key)."""
     fnty = ir.FunctionType(_VEC, [_VEC, _VEC])
     enc = cgutils.get_or_insert_function(builder.module, fnty, "llvm.x86.aesni.aesenc" + _SUFFIX)
     last = cgutils.get_or_insert_function(builder.module, fnty, "llvm.x86.aesni.aesenclast" + _SUFFIX)
     out = [builder.xor(b, rks[0]) for rks, b in jobs]
     for r in range(1, 10):
         out = [builder.call(enc, [b, rks[r]]) for (rks, _), b in zip(jobs, out, strict=True)]
-    return [builder.call(last, [b, rks[10]]) for (rks, _), b in zip(jobs, out, strict=True)]
+    keys = last_keys or [rks[10] for rks, _ in jobs]
+    return [builder.call(last, [b, k]) for k, b in zip(keys, out, strict=True)]
 
 
 def _shuffle(builder: ir.IRBuilder, a: ir.Value, b: ir.Value, idx: list[int]) -> ir.Value:
@@ -138,22 +147,119 @@ def _sig(nargs: int) -> Signature:
     return types.void(*([types.uintp] * nargs))
 
 
-def _cw_vectors(builder: ir.IRBuilder, addrs: list[ir.Value], offset: int) -> list[ir.Value]:
-    """Per-parent corrections as vectors: parent ``j``'s 2 words at ``addrs[j] + offset``."""
-    v2 = ir.VectorType(_I64, 2)
-    words = [builder.load(builder.inttoptr(builder.add(a, _const(offset)), v2.as_pointer()), align=1)
-             for a in addrs]
-    if LANES == 1:
-        return words
-    return [_shuffle(builder, words[2 * v], words[2 * v + 1], [0, 1, 2, 3]) for v in range(len(words) // 2)]
+def _word(builder: ir.IRBuilder, addr: ir.Value, offset: int) -> ir.Value:
+    """The block (2 words) at ``addr + offset``."""
+    return builder.load(builder.inttoptr(builder.add(addr, _const(offset)), _V2.as_pointer()), align=1)
 
 
-def _addresses(builder: ir.IRBuilder, arg: ir.Value, count: int, per_parent: bool) -> list[ir.Value]:
-    """``count`` correction addresses: ``arg`` for every parent, or the int64 array at ``arg``."""
-    if not per_parent:
-        return [arg] * count  # one load each, merged by LLVM: a broadcast
-    ptr = builder.inttoptr(arg, _I64.as_pointer())
-    return [builder.load(builder.gep(ptr, [_const(j)]), align=8) for j in range(count)]
+def _run(builder: ir.IRBuilder, count: ir.Value, body: Callable[[ir.Value], None]) -> None:
+    """``body(g)`` for ``g`` in ``range(count)``, a loop of the IR (nothing where ``count <= 0``):
+    what ``body`` reads outside it (the round keys) is loaded once, before the loop."""
+    pre = builder.block
+    loop, done = builder.append_basic_block("run_loop"), builder.append_basic_block("run_done")
+    builder.cbranch(builder.icmp_signed(">", count, _const(0)), loop, done)
+    builder.position_at_end(loop)
+    g = builder.phi(_I64)
+    g.add_incoming(_const(0), pre)
+    body(g)
+    nxt = builder.add(g, _const(1))
+    g.add_incoming(nxt, builder.block)
+    builder.cbranch(builder.icmp_signed("<", nxt, count), loop, done)
+    builder.position_at_end(done)
+
+
+def _level(parents: int, per_parent: bool, schedules: int, corrections: Callable[[ir.IRBuilder, ir.Value], list[ir.Value]],
+           group: Callable[..., None]):  # noqa: ANN202 - a codegen callback
+    """The codegen of a level intrinsic ``(rk, x, cw, out, groups)``: ``group(builder, scheds, xp,
+    cws, op)`` emits one group of ``parents`` parents at ``xp`` (children to ``op``) under the
+    ``schedules`` consecutive schedules at ``rk`` (``scheds``, loaded once, before the loop),
+    ``cws(j)`` parent ``j``'s corrections as ``corrections(builder, address)`` returns them -- one
+    row's at ``cw`` (loaded before the loop too) or, ``per_parent``, each parent's at its address
+    in the int64 array at ``cw``; ``groups`` groups one after the other."""
+
+    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
+        rk, xp, cw, op, count = args
+        scheds = [_schedule(builder, builder.add(rk, _const(c * 11 * 16 * LANES))) for c in range(schedules)]
+        row = None if per_parent else corrections(builder, cw)
+        ptr = builder.inttoptr(cw, _I64.as_pointer())
+
+        def body(g: ir.Value) -> None:
+            first = builder.mul(g, _const(parents))
+
+            def cws(j: int) -> list[ir.Value]:
+                if row is not None:
+                    return row
+                at = builder.load(builder.gep(ptr, [builder.add(first, _const(j))]), align=8)
+                return corrections(builder, at)
+
+            group(builder, scheds, builder.add(xp, builder.mul(first, _const(16))), cws,
+                  builder.add(op, builder.mul(first, _const(32))))
+
+        _run(builder, count, body)
+
+    return codegen
+
+
+def _opaque(builder: ir.IRBuilder, value: ir.Value) -> ir.Value:
+    """``value`` (an int64 or a vector) through an empty inline assembly: the same bits, no
+    instruction, but LLVM cannot see where they come from, so it cannot rewrite how they are made
+    (e.g. take a word out of another load and spread it with a shuffle, where a broadcast load
+    costs no vector port)."""
+    return builder.asm(ir.FunctionType(value.type, [value.type]), "", "=r,0" if value.type == _I64 else "=v,0",
+                       [value], False)
+
+
+def _t_set(builder: ir.IRBuilder, addr: ir.Value) -> ir.Value:
+    """Per lane of a vector: whether the control bit of the block at ``addr`` (bit 0 of its first
+    word) is set -- the word broadcast from memory (``addr`` and the broadcast opaque,
+    :func:`_opaque`: one load and one test, no shuffle)."""
+    w = builder.load(builder.inttoptr(addr, _I64.as_pointer()), align=8)
+    undef = ir.Constant(_VEC, ir.Undefined)
+    splat = _shuffle(builder, builder.insert_element(undef, w, ir.Constant(_I32, 0)), undef, [0] * (2 * LANES))
+    return builder.icmp_unsigned("!=", builder.and_(_opaque(builder, splat), ir.Constant(_VEC, [1] * (2 * LANES))),
+                                 ir.Constant(_VEC, None))
+
+
+def _bgi_corrections(builder: ir.IRBuilder, addr: ir.Value) -> list[ir.Value]:
+    """A row's corrections ``cw_L``, ``cw_R`` at ``addr`` as the vectors of a BGI level: one, ``[cw_L |
+    cw_R]``, with VAES (the lanes of :func:`walk_keys`' pair schedule), else two."""
+    if LANES == 2:
+        return [builder.load(_vptr(builder, addr), align=1)]
+    return [_word(builder, addr, 0), _word(builder, addr, 16)]
+
+
+def _bgi_group(builder: ir.IRBuilder, scheds: list[list[ir.Value]], xp: ir.Value,
+               cws: Callable[[int], list[ir.Value]], op: ir.Value) -> None:
+    """:data:`BGI_PARENTS` parents at ``xp``: parent ``j``'s children ``AES_c(x) ^ x ^ (t ? cw_c : 0)``
+    to ``op + 32 j`` (left, right).  With VAES a vector ``[x | x]`` under the pair schedule (both
+    children in one vector, in their order: no shuffle), else ``x`` under each schedule.  The MMO's
+    ``^ x`` and the correction are folded into the last round's key (``AESENCLAST`` ends with the
+    key's XOR): ``x ^ (t ? rk_10 ^ cw : rk_10)``, a select of two keys hoisted out of the loop."""
+    tp = _opaque(builder, xp)  # the control bits' loads not merged into the blocks' (:func:`_t_set`)
+    jobs, keys = [], []
+    for j in range(BGI_PARENTS):
+        x = _word(builder, xp, 16 * j)
+        xv = _shuffle(builder, x, x, [0, 1] * LANES)
+        t = _t_set(builder, builder.add(tp, _const(16 * j)))
+        for rks, cw in zip(scheds, cws(j), strict=True):
+            jobs.append((rks, xv))
+            keys.append(builder.xor(xv, builder.select(t, builder.xor(rks[10], cw), rks[10])))
+    out = _vptr(builder, op)
+    for i, y in enumerate(_encrypt(builder, jobs, keys)):
+        _store(builder, y, out, i)
+
+
+def _sigma(builder: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """``sigma(w0, w1) = (w0 ^ w1, w0)`` per block: a linear orthomorphism (GKWY20)."""
+    zero = ir.Constant(_VEC, None)
+    dup_lo = _shuffle(builder, x, x, [i & ~1 for i in range(2 * LANES)])  # (w0, w0)
+    hi_lo = _shuffle(builder, x, zero, [k for i in range(LANES) for k in (2 * i + 1, 2 * LANES)])  # (w1, 0)
+    return builder.xor(dup_lo, hi_lo)
+
+
+def _halftree_corrections(builder: ir.IRBuilder, addr: ir.Value) -> list[ir.Value]:
+    """A row's correction ``CW`` (one block at ``addr``)."""
+    return [_word(builder, addr, 0)]
 
 
 def _t_masks(builder: ir.IRBuilder, xs: list[ir.Value]) -> list[ir.Value]:
@@ -167,6 +273,24 @@ def _t_masks(builder: ir.IRBuilder, xs: list[ir.Value]) -> list[ir.Value]:
     return masks
 
 
+def _halftree_group(builder: ir.IRBuilder, scheds: list[list[ir.Value]], xp: ir.Value,
+                    cws: Callable[[int], list[ir.Value]], op: ir.Value) -> None:
+    """:data:`HALFTREE_PARENTS` parents at ``xp``, ``W`` a vector: ``out[2j] = H(x_j) ^ (t_j ? CW : 0)``,
+    ``out[2j + 1] = out[2j] ^ x_j`` to ``op``; ``sigma(x)`` and the masked correction folded into the
+    last round's key."""
+    rks = scheds[0]
+    xptr, out = _vptr(builder, xp), _vptr(builder, op)
+    xs = [_load(builder, xptr, v) for v in range(HALFTREE_PARENTS // LANES)]
+    sig_x = [_sigma(builder, x) for x in xs]
+    keys = []
+    for v, mask in enumerate(_t_masks(builder, xs)):
+        words = [cws(LANES * v + i)[0] for i in range(LANES)]
+        cw = words[0] if LANES == 1 else _shuffle(builder, words[0], words[1], [0, 1, 2, 3])
+        keys.append(builder.xor(builder.xor(sig_x[v], builder.and_(mask, cw)), rks[10]))
+    for v, lv in enumerate(_encrypt(builder, [(rks, sx) for sx in sig_x], keys)):
+        _store_children(builder, out, v, lv, builder.xor(lv, xs[v]))
+
+
 def _store_children(builder: ir.IRBuilder, op: ir.Value, v: int, lv: ir.Value, rv: ir.Value) -> None:
     """Vector ``v``'s left and right children, interleaved (``out[2j], out[2j + 1]``)."""
     if LANES == 1:
@@ -177,72 +301,28 @@ def _store_children(builder: ir.IRBuilder, op: ir.Value, v: int, lv: ir.Value, r
         _store(builder, _shuffle(builder, lv, rv, [2, 3, 6, 7]), op, 2 * v + 1)
 
 
-def _bgi_level(per_parent: bool):  # noqa: ANN202 - a codegen callback
-    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
-        rk_l = _schedule(builder, args[0])
-        rk_r = _schedule(builder, builder.add(args[0], ir.Constant(args[0].type, 11 * 16 * LANES)))
-        xp, op = _vptr(builder, args[1]), _vptr(builder, args[3])
-        addrs = _addresses(builder, args[2], 8, per_parent)
-        cwl, cwr = _cw_vectors(builder, addrs, 0), _cw_vectors(builder, addrs, 16)
-        nv = 8 // LANES
-        xs = [_load(builder, xp, v) for v in range(nv)]
-        masks = _t_masks(builder, xs)
-        enc = _encrypt(builder, [(rk_l, v) for v in xs] + [(rk_r, v) for v in xs])
-        for v in range(nv):
-            lv = builder.xor(builder.xor(enc[v], xs[v]), builder.and_(masks[v], cwl[v]))
-            rv = builder.xor(builder.xor(enc[nv + v], xs[v]), builder.and_(masks[v], cwr[v]))
-            _store_children(builder, op, v, lv, rv)
-
-    return codegen
-
-
-def _sigma(builder: ir.IRBuilder, x: ir.Value) -> ir.Value:
-    """``sigma(w0, w1) = (w0 ^ w1, w0)`` per block: a linear orthomorphism (GKWY20)."""
-    zero = ir.Constant(_VEC, None)
-    dup_lo = _shuffle(builder, x, x, [i & ~1 for i in range(2 * LANES)])  # (w0, w0)
-    hi_lo = _shuffle(builder, x, zero, [k for i in range(LANES) for k in (2 * i + 1, 2 * LANES)])  # (w1, 0)
-    return builder.xor(dup_lo, hi_lo)
-
-
-def _halftree_level(per_parent: bool):  # noqa: ANN202 - a codegen callback
-    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
-        rks = _schedule(builder, args[0])
-        xp, op = _vptr(builder, args[1]), _vptr(builder, args[3])
-        cw = _cw_vectors(builder, _addresses(builder, args[2], 16, per_parent), 0)
-        nv = 16 // LANES
-        xs = [_load(builder, xp, v) for v in range(nv)]
-        masks = _t_masks(builder, xs)
-        sig_x = [_sigma(builder, v) for v in xs]
-        enc = _encrypt(builder, [(rks, v) for v in sig_x])
-        for v in range(nv):
-            lv = builder.xor(builder.xor(enc[v], sig_x[v]), builder.and_(masks[v], cw[v]))
-            _store_children(builder, op, v, lv, builder.xor(lv, xs[v]))
-
-    return codegen
+@intrinsic
+def expand8(typingctx, rk, x, cw, out, groups):  # noqa: ANN001, ANN201 - numba intrinsic protocol
+    """BGI children of ``8 groups`` parents of one row (see the module docstring)."""
+    return _sig(5), _level(BGI_PARENTS, False, 2 // LANES, _bgi_corrections, _bgi_group)
 
 
 @intrinsic
-def expand8(typingctx, rk, x, cw, out):  # noqa: ANN001, ANN201 - numba intrinsic protocol
-    """BGI children of 8 parents of one row (see the module docstring)."""
-    return _sig(4), _bgi_level(False)
+def expand8_rows(typingctx, rk, x, cws, out, groups):  # noqa: ANN001, ANN201
+    """BGI children of ``8 groups`` parents with per-parent corrections (see the module docstring)."""
+    return _sig(5), _level(BGI_PARENTS, True, 2 // LANES, _bgi_corrections, _bgi_group)
 
 
 @intrinsic
-def expand8_rows(typingctx, rk, x, cws, out):  # noqa: ANN001, ANN201
-    """BGI children of 8 parents with per-parent corrections (see the module docstring)."""
-    return _sig(4), _bgi_level(True)
+def halftree16(typingctx, rk, x, cw, out, groups):  # noqa: ANN001, ANN201
+    """Half-Tree children of ``16 groups`` parents of one row (see the module docstring)."""
+    return _sig(5), _level(HALFTREE_PARENTS, False, 1, _halftree_corrections, _halftree_group)
 
 
 @intrinsic
-def halftree16(typingctx, rk, x, cw, out):  # noqa: ANN001, ANN201
-    """Half-Tree children of 16 parents of one row (see the module docstring)."""
-    return _sig(4), _halftree_level(False)
-
-
-@intrinsic
-def halftree16_rows(typingctx, rk, x, cws, out):  # noqa: ANN001, ANN201
-    """Half-Tree children of 16 parents with per-parent corrections."""
-    return _sig(4), _halftree_level(True)
+def halftree16_rows(typingctx, rk, x, cws, out, groups):  # noqa: ANN001, ANN201
+    """Half-Tree children of ``16 groups`` parents with per-parent corrections."""
+    return _sig(5), _level(HALFTREE_PARENTS, True, 1, _halftree_corrections, _halftree_group)
 
 
 @intrinsic
@@ -636,5 +716,19 @@ def round_keys(*names: str) -> np.ndarray:
     out = np.empty((len(names), 11, 2 * LANES), np.uint64)
     for i, name in enumerate(names):
         _schedule_of(np.frombuffer(fixed_key(name), np.uint64).copy(), out[i])
+    out.flags.writeable = False
+    return out
+
+
+@cache
+def walk_keys(left: str, right: str) -> np.ndarray:
+    """The round keys :func:`expand8` reads for the BGI children ``left`` and ``right``: with VAES
+    one pair schedule uint64 (1, 11, 4), round ``r`` of ``left`` in the low 128-bit lane and of
+    ``right`` in the high one (a vector ``[x | x]`` encrypts to both children); else
+    :func:`round_keys` ``(left, right)`` (2, 11, 2).  Read-only."""
+    rk = round_keys(left, right)
+    if LANES == 1:
+        return rk
+    out = np.concatenate([rk[0, :, :2], rk[1, :, :2]], axis=1)[None]
     out.flags.writeable = False
     return out

@@ -32,19 +32,20 @@ GROUP = KEY_GROUP
 
 
 @njit(inline="always")
-def _level_call(ht, per_parent, rkp, src, cw, dst):  # noqa: ANN001, ANN202
-    """One intrinsic call of a tree level: 8 BGI or 16 Half-Tree parents at ``src``; ``cw`` the
-    address of their row's corrections, or (``per_parent``) of an int64 array of addresses.
-    Addresses are int64 throughout the kernels (numba types uint64 + int64 as a float)."""
+def _level_call(ht, per_parent, rkp, src, cw, dst, groups):  # noqa: ANN001, ANN202, PLR0913
+    """One intrinsic call of a tree level: ``groups`` groups of 8 BGI or 16 Half-Tree parents at
+    ``src``, their children to ``dst``; ``cw`` the address of their row's corrections, or
+    (``per_parent``) of an int64 array of an address a parent.  Addresses are int64 throughout
+    the kernels (numba types uint64 + int64 as a float)."""
     if ht:
         if per_parent:
-            halftree16_rows(rkp, src, cw, dst)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
+            halftree16_rows(rkp, src, cw, dst, groups)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
         else:
-            halftree16(rkp, src, cw, dst)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
+            halftree16(rkp, src, cw, dst, groups)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
     elif per_parent:
-        expand8_rows(rkp, src, cw, dst)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
+        expand8_rows(rkp, src, cw, dst, groups)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
     else:
-        expand8(rkp, src, cw, dst)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
+        expand8(rkp, src, cw, dst, groups)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
 
 
 @njit(cache=True, nogil=True)
@@ -113,9 +114,7 @@ def expand_top(roots, cwp, levels, m, rk, out):  # noqa: ANN001, ANN201
         parents = 1
         for i in range(levels):
             src, dst = np.int64(buf[(i + 1) % 2].ctypes.data), np.int64(buf[i % 2].ctypes.data)
-            cw = base + rec * (key * n + i)
-            for j0 in range(0, parents, per):
-                _level_call(ht, False, rkp, src + 16 * j0, cw, dst + 32 * j0)
+            _level_call(ht, False, rkp, src, base + rec * (key * n + i), dst, -(-parents // per))
             parents = -(-m >> (n - 1 - i))
         last = buf[(levels + 1) % 2]
         for j in range(f):
@@ -141,7 +140,7 @@ def subtrees(front, row0, frontier, cwp, top, depth, rk, out):  # noqa: ANN001, 
     rec = 16 if ht else 32
     buf = np.empty((2, per * width, 2), np.uint64)
     pad = np.empty((per, 2), np.uint64)
-    addrs = np.empty(per, np.int64)
+    addrs = np.empty(per * per, np.int64)
     rowcw = np.empty(per, np.int64)  # address of each row's corrections at level ``top``
     rkp, outp = np.int64(rk.ctypes.data), np.int64(out.ctypes.data)
     base = np.int64(cwp.ctypes.data) + rec * top
@@ -171,14 +170,12 @@ def subtrees(front, row0, frontier, cwp, top, depth, rk, out):  # noqa: ANN001, 
             nodes = 1 << lvl
             if nodes >= per:
                 for r in range(per):
-                    cw = rowcw[r] + rec * lvl
-                    for j0 in range(r * nodes, (r + 1) * nodes, per):
-                        _level_call(ht, False, rkp, src + 16 * j0, cw, dst + 32 * j0)
+                    _level_call(ht, False, rkp, src + 16 * r * nodes, rowcw[r] + rec * lvl, dst + 32 * r * nodes,
+                                nodes // per)
             else:
-                for j0 in range(0, per * nodes, per):
-                    for q in range(per):
-                        addrs[q] = rowcw[(j0 + q) >> lvl] + rec * lvl
-                    _level_call(ht, True, rkp, src + 16 * j0, addrp, dst + 32 * j0)
+                for q in range(per * nodes):
+                    addrs[q] = rowcw[q >> lvl] + rec * lvl
+                _level_call(ht, True, rkp, src, addrp, dst, nodes)
             src = dst
         if nb < per:
             last = buf[(depth - 1) % 2]

@@ -147,7 +147,7 @@ def leaf_groups(path: PathKeys | PathBlocks) -> Iterator[tuple[int, int, np.ndar
     keys = path if isinstance(path, PathKeys) else path.keys
     check_path(keys)
     if kernels.compiled():
-        from secemb.fss._aesni import round_keys
+        from secemb.fss._aesni import walk_keys
         from secemb.fss._numba_kernels import bgi_corrections
 
         # the kernels' ((lo | tCW_L, hi), (lo | tCW_R, hi)) per key and level, of the range's keys
@@ -158,7 +158,7 @@ def leaf_groups(path: PathKeys | PathBlocks) -> Iterator[tuple[int, int, np.ndar
             blocks, lo, roots = path.count, path.lo, path.roots()
         ro = kernels.read_only  # the fields C-contiguous and read-only, as the roots (compiled_groups)
         bgi_corrections(ro(keys.cw_seed), ro(keys.cw_tl), ro(keys.cw_tr), blocks, lo, cwp)
-        yield from compiled_groups(roots, cwp, path.params.domain_size, round_keys(_LEFT.name, _RIGHT.name))
+        yield from compiled_groups(roots, cwp, path.params.domain_size, walk_keys(_LEFT.name, _RIGHT.name))
         return
     whole = path if isinstance(path, PathKeys) else path.copy()
     yield from numpy_groups(whole.roots, _cw_planes(whole), whole.params.domain_size, _level)
