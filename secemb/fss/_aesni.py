@@ -15,16 +15,23 @@ are two little-endian ``uint64`` (16 bytes), loads and stores are unaligned.
 
 Intrinsics (``B`` = :data:`BLOCKS` blocks in flight per call, enough to fill the AES pipelines):
 
-* ``expand8(rk, x, cw, out)``: one BGI tree level for 8 parents ``x[0..7]`` of one row:
-  ``out[2j + c] = AES_c(x_j) ^ x_j ^ (t_j ? cw_c : 0)`` with ``rk = (left, right)`` schedules
-  (shape ``(2, 11, 2W)``) and the row's corrections at ``cw``: ``cw_L``, ``cw_R`` (4 words).
-  ``expand8_rows(rk, x, cws, out)``: the same with parent ``j``'s corrections at address
-  ``cws[j]`` (an int64 array of 8 addresses: parents of different rows).
-* ``halftree16(rk, x, cw, out)``: one Half-Tree level for 16 parents of one row:
+* ``expand8(rk, x, cw, out, groups)``: one BGI tree level for ``8 groups`` parents ``x[0..]`` of
+  one row: ``out[2j + c] = AES_c(x_j) ^ x_j ^ (t_j ? cw_c : 0)`` with the schedules of
+  :func:`walk_keys` at ``rk`` and the row's corrections at ``cw``: ``cw_L``, ``cw_R`` (4 words).
+  With VAES a parent is one vector ``[x_j | x_j]`` under the pair schedule (left round keys in
+  the low lane, right in the high): both children in one AES instruction, already in their
+  order; without, ``x_j`` under each schedule.  A loop over the groups, the round keys and the
+  row's corrections loaded once before it (in registers: 11 keys, 8 vectors in flight, the two
+  last-round keys); the MMO's ``^ x_j`` and the correction are folded into the last round's key
+  (``AESENCLAST`` ends with its key's XOR), ``x_j ^ (t_j ? rk_10 ^ cw : rk_10)``, the control bit
+  a broadcast load tested into a mask register.  ``expand8_rows(rk, x, cws, out, groups)``: the
+  same with parent ``j``'s corrections at address ``cws[j]`` (an int64 array of ``8 groups``
+  addresses: parents of different rows).
+* ``halftree16(rk, x, cw, out, groups)``: one Half-Tree level for ``16 groups`` parents of one row:
   ``out[2j] = H(x_j) ^ (t_j ? cw : 0)``, ``out[2j + 1] = out[2j] ^ x_j`` with the circular
   correlation robust hash ``H(x) = AES(sigma(x)) ^ sigma(x)``, ``sigma(w0, w1) = (w0 ^ w1, w0)``
-  (one schedule ``rk`` (11, 2W); the correction ``cw``: 2 words).  ``halftree16_rows(rk, x,
-  cws, out)``: per-parent corrections as for ``expand8_rows`` (16 addresses).
+  (one schedule ``rk`` (11, 2W); the correction ``cw``: 2 words), a loop as ``expand8``'s.
+  ``halftree16_rows(rk, x, cws, out, groups)``: per-parent corrections as for ``expand8_rows``.
 * ``mmo_blocks(rk, src, dst)``: ``dst[i] = AES(src[i]) ^ src[i]`` for ``B`` consecutive blocks.
 * ``mmo_ctr(rk, word, j0, dst)``: ``dst[i] = MMO(word ^ (0, j0 + i))`` for ``i < B``, ``j0`` a
   multiple of ``B`` (the payload conversion's counter blocks of one leaf).
@@ -168,7 +175,8 @@ def _run(builder: ir.IRBuilder, count: ir.Value, body: Callable[[ir.Value], None
     builder.position_at_end(done)
 
 
-def _level(parents: int, per_parent: bool, schedules: int, corrections: Callable[[ir.IRBuilder, ir.Value], list[ir.Value]],
+def _level(parents: int, per_parent: bool, schedules: int,
+           corrections: Callable[[ir.IRBuilder, ir.Value], list[ir.Value]],
            group: Callable[..., None]):  # noqa: ANN202 - a codegen callback
     """The codegen of a level intrinsic ``(rk, x, cw, out, groups)``: ``group(builder, scheds, xp,
     cws, op)`` emits one group of ``parents`` parents at ``xp`` (children to ``op``) under the

@@ -4,7 +4,8 @@ insertion (internal; see :mod:`secemb.fss.kernels` for the switch and :mod:`sece
 Python references these equal bit for bit).
 
 Words are uint64 ``(..., 2)`` (128-bit, little-endian), ring arrays uint32 or uint64; ``rk``
-arguments are round-key arrays of :func:`secemb.fss._aesni.round_keys`.
+arguments are round-key arrays of :func:`secemb.fss._aesni.round_keys` (the BGI walk's: of
+:func:`secemb.fss._aesni.walk_keys`).
 """
 
 from __future__ import annotations
@@ -128,10 +129,11 @@ def subtrees(front, row0, frontier, cwp, top, depth, rk, out):  # noqa: ANN001, 
     ``front[g]`` (2,), row ``row0 + g`` of the walk, of key ``(row0 + g) // frontier``, whose
     corrections are ``cwp[key, top:]`` (as in :func:`expand_top`).  ``front`` C-contiguous.
 
-    ``P`` subtrees at a time (8 BGI, 16 Half-Tree: one intrinsic call's parents), level by
-    level in L1-resident buffers; the last level goes to ``out`` directly.  A call's parents
-    of one row share their corrections (a broadcast load); below ``P`` nodes a row, each parent
-    gets its row's through an address array -- no staging stores.  ``depth >= 1``."""
+    ``P`` subtrees at a time (8 BGI, 16 Half-Tree: an intrinsic's group of parents), level by
+    level in L1-resident buffers; the last level goes to ``out`` directly.  From ``P`` nodes a
+    row, one intrinsic call a row and level (its groups in a loop, its corrections loaded once);
+    below, one call a level, each parent reading its row's corrections through an address array
+    -- no staging stores.  ``depth >= 1``."""
     total = front.shape[0]
     width = 1 << depth
     n = cwp.shape[1]

@@ -19,7 +19,8 @@ buffers are per-thread and reused (no page faults in the hot loop).
 With the compiled kernels (:mod:`secemb.fss.kernels`) both phases run in numba
 (:func:`compiled_groups`): the top in :func:`secemb.fss._numba_kernels.expand_top`, key by
 key, the bottom in :func:`secemb.fss._numba_kernels.subtrees`, eight subtrees at a time in L1
-with the AES rounds inline.
+with the AES rounds inline (with VAES both children of a parent in one instruction, the left and
+right keys in the two lanes of :func:`secemb.fss._aesni.walk_keys`).
 """
 
 from __future__ import annotations
