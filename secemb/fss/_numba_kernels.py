@@ -22,7 +22,7 @@ from secemb.fss._aesni import (BLOCKS, KEY_GROUP, SUM_BITS, SUM_VECTORS, expand8
 __all__ = [
     "bgi_corrections", "parse_path_fields", "expand_top", "subtrees", "convert_blocks", "convert_eval", "convert_add",
     "convert_gen", "convert_accumulate", "ring_matmul", "bits_accumulate", "unmask_slots",
-    "cuckoo_assign", "STEP_BLOCKS",
+    "cuckoo_assign", "STEP_BLOCKS", "mmo_repeat",
 ]
 
 #: AES blocks per step of the fused conversion kernels (16 KiB: they stay in L1; a step's
@@ -185,6 +185,17 @@ def subtrees(front, row0, frontier, cwp, top, depth, rk, out):  # noqa: ANN001, 
                 for p in range(width):
                     out[g0 + r, p, 0] = last[r * width + p, 0]
                     out[g0 + r, p, 1] = last[r * width + p, 1]
+
+
+@njit(cache=True, nogil=True)
+def mmo_repeat(words, rk, reps, out):  # noqa: ANN001, ANN201
+    """``out[i] = AES(words[i]) ^ words[i]``, ``reps`` times over: words and out uint64 (N, 2),
+    C-contiguous, ``N`` a multiple of :data:`~secemb.fss._aesni.BLOCKS`.  The kernels' raw AES rate
+    for ``secemb bench fss``: buffers that stay in L1, one call -- the rounds with nothing else."""
+    rkp, wp, op = np.int64(rk.ctypes.data), np.int64(words.ctypes.data), np.int64(out.ctypes.data)
+    for _ in range(reps):
+        for i in range(0, words.shape[0], BLOCKS):
+            mmo_blocks(rkp, wp + 16 * i, op + 16 * i)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
 
 
 @njit(cache=True, nogil=True)
