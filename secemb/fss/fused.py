@@ -378,8 +378,9 @@ def retrieve_and_prepare_buckets(
         in the same pass, returned as a fourth element (:class:`PayloadSums`).
     payload_out: with ``payload_sums``, the arrays to write them into (overwritten, and returned as
         the fourth element): ``key_conv`` ring (U, B, w) and ``t_count`` int64 (U, B), any strides
-        (a batch's views: no arrays of the keys' size are made for them; the walk counts the control
-        bits as it converts); ``None``: new arrays.
+        (a batch's views: views that are not C-contiguous are walked into new C-contiguous buffers,
+        :func:`_walk_buffer`, and copied into them once; the walk counts the control bits as it
+        converts); ``None``: new arrays.
     out: writeable views to write the first three results into, any strides (a batch's blocks:
         each written there once, not returned and copied by the caller): ``answers`` ring (U, B, D), ``t``
         uint8 (U, B, M) and ``conv_sum`` ring (B, M, w) (all overwritten; returned in place of new
