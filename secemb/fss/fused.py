@@ -214,6 +214,13 @@ def _bucket_rows(sizes: np.ndarray | None, buckets: int, big_m: int, mp: int) ->
     return cols, (np.arange(mp)[None, :] < cols[:, None]).reshape(-1)
 
 
+def _walk_buffer(view: np.ndarray) -> np.ndarray:
+    """``view`` where it is C-contiguous, else a new C-contiguous array of its shape and dtype, not
+    initialized: where :func:`retrieve_and_prepare_buckets`' walk writes a caller's payload sums, which it
+    sets whole (``fresh``) before they are copied into ``view``."""
+    return view if view.flags.c_contiguous else np.empty(view.shape, view.dtype)
+
+
 def _payload_sums(t: np.ndarray, live: np.ndarray, key_conv: np.ndarray) -> PayloadSums:
     """The :class:`PayloadSums` of a walk: its control bits ``t`` uint8 (K, mp), the live mask
     it was given (bool (B mp,), key ``k``'s at ``(k % B) mp``) and its ``key_conv``."""
@@ -371,8 +378,9 @@ def retrieve_and_prepare_buckets(
         in the same pass, returned as a fourth element (:class:`PayloadSums`).
     payload_out: with ``payload_sums``, the arrays to write them into (overwritten, and returned as
         the fourth element): ``key_conv`` ring (U, B, w) and ``t_count`` int64 (U, B), any strides
-        (a batch's views: no arrays of the keys' size are made for them; the walk counts the control
-        bits as it converts); ``None``: new arrays.
+        (a batch's views: views that are not C-contiguous are walked into new C-contiguous buffers,
+        :func:`_walk_buffer`, and copied into them once; the walk counts the control bits as it
+        converts); ``None``: new arrays.
     out: writeable views to write the first three results into, any strides (a batch's blocks:
         each written there once, not returned and copied by the caller): ``answers`` ring (U, B, D), ``t``
         uint8 (U, B, M) and ``conv_sum`` ring (B, M, w) (all overwritten; returned in place of new
@@ -419,14 +427,15 @@ def retrieve_and_prepare_buckets(
         conv_sum = np.zeros((buckets * mp, agg_width), tables.dtype)
     # the shares bucket-major (B, U, M), as the walk writes them: the product's fast form
     e = np.empty((buckets, users, big_m), tables.dtype)
-    # a caller's strided views (a bucket range of a batch's arrays) are walked into C-contiguous copies, written
+    # a caller's strided views (a bucket range of a batch's arrays) are walked into C-contiguous buffers, written
     # back once: each of the walk's many convert_accumulate calls would copy them (its one compiled layout); views
     # that are read-only or overlap each other or the sums go as they are (convert_accumulate refuses them: S36-R2,
-    # S28-E3)
+    # S28-E3).  The buffers are new, not copies: the walk sets every key's sums (fresh), so the views' old values
+    # are never read (a copy of them took ~90 us a walk of 20 devices' 125 buckets, session 38)
     walked, key_t = key_conv, None if payload_out is None else payload_out.t_count
     if walked is not None and key_t is not None and walked.flags.writeable and key_t.flags.writeable and not any(
             np.may_share_memory(a, z) for a, z in ((walked, key_t), (walked, conv_sum), (key_t, conv_sum))):
-        walked, key_t = np.ascontiguousarray(walked), np.ascontiguousarray(key_t)
+        walked, key_t = _walk_buffer(walked), _walk_buffer(key_t)
     t = _walk(path, b, (retrieval_cw, e.reshape(-1, 1), (buckets, big_m, users * big_m)), conv_sum, retrieval_tag,
               aggregation_tag, live, check, walked, key_t)
     if payload_out is not None:

@@ -302,7 +302,8 @@ def warm_kernels() -> None:
     on-disk cache, 0.3-0.5 s in a fresh process; nothing once loaded), each with the argument
     types a round passes it: per ring, one tiny retrieval per layout from a read-only table (as
     published), one from a bucket form read through the layout's gather index as a cuckoo round's
-    task reads it (writeable rows), with the keys' sketch check of verified uploads, one
+    task reads it (writeable rows; both reach ``ring_matmul`` in one signature, read-only C rows,
+    but take different paths to it), with the keys' sketch check of verified uploads, one
     control-bit product and one scatter onto items of the close, one device's reading of its
     answers (simulated devices share the process) and one conversion added into arrays (the relay
     masks); one payload conversion
