@@ -315,7 +315,8 @@ def _reference_sha(name: str) -> str:
 class TwoServers:
     """A cluster of two ``secemb serve`` processes and signed raw requests to them, over connections kept alive (a
     client for the devices' requests, one for server 0's, the operators'; a TLS handshake a request, at both ends,
-    was most of the test process's work in :meth:`send`: py-spy, session 38).  A context manager: it closes its clients."""
+    was most of the test process's work in :meth:`send`: py-spy, session 38).  A context manager: it closes its
+    clients."""
 
     def __init__(self, cluster: Any) -> None:
         self.cluster = cluster
