@@ -1,7 +1,8 @@
 """The GPU kernels (``secemb.fss.gpu``) against the CPU path, bit for bit, on small domains.
 
 Without a CUDA device the kernels run under Triton's CPU interpreter (``TRITON_INTERPRET=1``,
-set here before the kernels are imported); with one, the same tests run on the GPU.  The
+set here while the kernels are imported and while this module's tests run, then restored); with
+one, the same tests run on the GPU.  The
 interpreter runs one numpy operation per Triton operation per program, about 0.3 s per AES
 over a block of leaves on this machine, so the domains are small.  Skipped where Triton is
 not installed (``pip install 'secemb[gpu]'``).
@@ -10,8 +11,8 @@ not installed (``pip install 'secemb[gpu]'``).
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -19,27 +20,48 @@ import torch
 
 if importlib.util.find_spec("triton") is None:
     pytest.skip("the GPU kernels need Triton: pip install 'secemb[gpu]'", allow_module_level=True)
-if not torch.cuda.is_available():
-    # before Triton is imported: its own jit functions (tl.zeros, ...) must be interpreted too
-    if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
-        pytest.skip("Triton was imported before TRITON_INTERPRET=1 was set", allow_module_level=True)
-    os.environ["TRITON_INTERPRET"] = "1"
+#: the environment of this module's imports and tests: without a CUDA device, Triton's interpreter.  Triton reads
+#: ``TRITON_INTERPRET`` when ``@triton.jit`` wraps a function (at import: its own, tl.zeros..., and the kernels of
+#: secemb.fss.gpu._triton) and again at run time (its constexpr functions; secemb.fss.gpu.interpreting: the device,
+#: the block sizes).  Set for good, it made every later ``secemb`` process of the pytest process start fresh
+#: instead of forking from the warm template (tests/_server_template.py: a variable read at import), in every xdist
+#: worker, as each collects this module: it is set for the imports below and for this module's tests only
+#: (:func:`interpreter`), then restored.
+INTERPRETER = {} if torch.cuda.is_available() else {"TRITON_INTERPRET": "1"}
+if INTERPRETER and "triton" in sys.modules:
+    from triton.language.standard import cdiv
+    from triton.runtime.interpreter import InterpretedFunction
 
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes  # noqa: E402
+    if not isinstance(cdiv, InterpretedFunction):  # Triton's own jit functions must be interpreted too
+        pytest.skip("Triton was imported without TRITON_INTERPRET=1", allow_module_level=True)
 
-from secemb import fss  # noqa: E402
-from secemb.errors import InvalidParameters  # noqa: E402
-from secemb.fss import field, gpu, sketch, tree  # noqa: E402
-from secemb.fss.cuckoo import CuckooLayout  # noqa: E402
-from secemb.fss.fused import RETRIEVAL_TAG  # noqa: E402
-from secemb.fss.gpu import evaluate as gpu_eval  # noqa: E402
-from secemb.fss.gpu.tables import SBOX, expand_key, expand_keys  # noqa: E402
-from secemb.fss.prg import fixed_key  # noqa: E402
-from secemb.protocols.backends import SerialBackend  # noqa: E402
-from secemb.fss.tasks import evaluate_task, evaluation_form  # noqa: E402
-from secemb.randomness import CtrDrbg  # noqa: E402
+with pytest.MonkeyPatch.context() as _env:
+    for _name, _value in INTERPRETER.items():
+        _env.setenv(_name, _value)
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-DEV = gpu.device()
+    from secemb import fss
+    from secemb.errors import InvalidParameters
+    from secemb.fss import field, gpu, sketch, tree
+    from secemb.fss.cuckoo import CuckooLayout
+    from secemb.fss.fused import RETRIEVAL_TAG
+    from secemb.fss.gpu import evaluate as gpu_eval
+    from secemb.fss.gpu.tables import SBOX, expand_key, expand_keys
+    from secemb.fss.prg import fixed_key
+    from secemb.protocols.backends import SerialBackend
+    from secemb.fss.tasks import evaluate_task, evaluation_form
+    from secemb.randomness import CtrDrbg
+
+    DEV = gpu.device()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def interpreter() -> Iterator[None]:
+    """:data:`INTERPRETER` set while this module's tests run, the environment restored after them."""
+    with pytest.MonkeyPatch.context() as env:
+        for name, value in INTERPRETER.items():
+            env.setenv(name, value)
+        yield
 #: one key for the servers of runs compared across backends: round_setup's sketch key, and the peer
 #: key of the servers made here (each protocol object would draw its own sketch key, and the devices'
 #: sketch seeds, in the replies, with it)

@@ -313,10 +313,23 @@ def _reference_sha(name: str) -> str:
 
 
 class TwoServers:
-    """A cluster of two ``secemb serve`` processes and signed raw requests to them."""
+    """A cluster of two ``secemb serve`` processes and signed raw requests to them, over connections kept alive (a
+    client for the devices' requests, one for server 0's, the operators'; a TLS handshake a request, at both ends,
+    was most of the test process's work in :meth:`send`: py-spy, session 38).  A context manager: it closes its
+    clients."""
 
     def __init__(self, cluster: Any) -> None:
         self.cluster = cluster
+        self.http = httpx.Client(timeout=WAIT_S, trust_env=False, verify=cluster.tls)
+        self.peer = httpx.Client(timeout=WAIT_S, trust_env=False, verify=cluster.peer_tls())
+        self.admins = [cluster.admin(p, timeout=WAIT_S) for p in (0, 1)]
+
+    def __enter__(self) -> TwoServers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for client in (self.http, self.peer, *self.admins):
+            client.close()
 
     def client(self, u: int) -> DeviceClient:
         k0, k1 = self.cluster.device_keys(u)
@@ -327,21 +340,19 @@ class TwoServers:
              ) -> httpx.Response:
         h: dict[str, Any] = sign_headers(f"user:{user}", self.cluster.device_keys(user)[party], "POST", path, "", body)
         h.update(headers or {})
-        return httpx.post(self.cluster.url(party) + path, content=body, headers=h, timeout=WAIT_S, trust_env=False,
-                          verify=self.cluster.tls)
+        return self.http.post(self.cluster.url(party) + path, content=body, headers=h)
 
     def send_peer(self, path: str, body: bytes) -> httpx.Response:
         """``body`` to server 1 at ``path`` as server 0 sends (signed with the peer secret, over
         the peer's mutual TLS)."""
         p, _, q = path.partition("?")
         h = sign_headers("server0", self.cluster.peer_secret, "POST", p, q, body)
-        return httpx.post(self.cluster.url(1) + path, content=body, headers=h, timeout=WAIT_S, trust_env=False,
-                          verify=self.cluster.peer_tls())
+        return self.peer.post(self.cluster.url(1) + path, content=body, headers=h)
 
     def snapshot(self) -> list[dict[str, Any]]:
         out = []
         for p in (0, 1):
-            doc = self.cluster.admin(p, timeout=WAIT_S).get_json("/v1/admin/status")
+            doc = self.admins[p].get_json("/v1/admin/status")
             doc.pop("boot_id")
             out.append(doc)
         return out
@@ -413,9 +424,8 @@ def _two_server_round(name: str) -> None:
     in-process round's model."""
     model, proto, config, tr = _parts(name)
     rng = random.Random(f"{SEED}-{name}")
-    with cluster_for(model, proto, tr, config, deadline_s=3600, min_users=FLOOR) as cluster:
-        srv = TwoServers(cluster)
-        admin0 = cluster.admin(0, timeout=WAIT_S)
+    with cluster_for(model, proto, tr, config, deadline_s=3600, min_users=FLOOR) as cluster, TwoServers(cluster) as srv:
+        admin0 = srv.admins[0]
         info = RoundInfo.from_doc(admin0.post_json("/v1/admin/rounds", {"participants": PARTICIPANTS,
                                                                         "deadline_s": 3600}))
         r = info.round_id
@@ -468,8 +478,7 @@ def test_s30_f2_an_opening_whose_n_p_contradicts_its_participants_is_refused() -
     opens nothing (server 1 already refuses such a round document from server 0); with N = 3 the
     round opens.  Before the fix server 0 opened it as a round of 3, the n_p given dropped."""
     model, proto, config, tr = _parts("plaintext")
-    with cluster_for(model, proto, tr, config, deadline_s=3600, min_users=FLOOR) as cluster:
-        srv = TwoServers(cluster)
+    with cluster_for(model, proto, tr, config, deadline_s=3600, min_users=FLOOR) as cluster, TwoServers(cluster) as srv:
         before = srv.snapshot()
         for n_p in (2**70, 4, 2, -1, "3"):
             body = json.dumps({"participants": [0, 1, 2], "n_p": n_p}).encode()

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 import signal
+import importlib.util
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -25,9 +27,9 @@ SERVE = [sys.executable, "-m", "secemb", "serve"]
 @pytest.fixture(autouse=True)
 def template_ready(monkeypatch: pytest.MonkeyPatch) -> None:
     """The template has warmed up (until then the processes start fresh, as they would without it), and this
-    test runs in its environment: where an earlier test of this process left a variable read at import behind
-    (``TRITON_INTERPRET``: tests/fss/test_fss_gpu.py sets it for good, as Triton reads it at import), the
-    processes start fresh, which is right, but not what these tests are about."""
+    test runs in its environment: where an earlier test of this process left a variable read at import behind,
+    the processes start fresh, which is right, but not what these tests are about (that tests/fss/test_fss_gpu.py
+    leaves none behind: :func:`test_the_gpu_tests_leave_the_environment_as_they_found_it`)."""
     template = _server_template._template_here()
     assert template.wait_ready(600)
     for name in template.differs(dict(os.environ)):
@@ -92,3 +94,28 @@ def test_what_torch_writes_into_the_environment_keeps_the_template(monkeypatch: 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     proc = _server_template.popen_secemb([sys.executable, "-m", "secemb", "--version"], stdout=subprocess.PIPE)
     assert isinstance(proc, _server_template.Forked) and proc.communicate(timeout=60)[0].startswith(b"secemb ")
+
+
+def test_the_gpu_tests_leave_the_environment_as_they_found_it() -> None:
+    """tests/fss/test_fss_gpu.py runs Triton's CPU interpreter (``TRITON_INTERPRET=1``, which Triton reads at
+    import) for its imports and its tests only.  Its import (what every xdist worker's collection does) and its
+    module fixture leave ``os.environ`` as they found it, so the processes a worker starts afterwards still fork
+    from the template (in session 37's CI the variable stayed set: every worker's processes started fresh).  The
+    module is executed again here under another name; under its fixture the variable is the one it asks for."""
+    if importlib.util.find_spec("triton") is None:  # (not importorskip: Triton is imported by the module only)
+        pytest.skip("needs Triton: pip install 'secemb[gpu]'")
+    before = dict(os.environ)
+    spec = importlib.util.spec_from_file_location("_test_fss_gpu_again",
+                                                  Path(__file__).parents[1] / "fss" / "test_fss_gpu.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert dict(os.environ) == before
+    fixture = module.interpreter.__wrapped__()
+    next(fixture)
+    assert {name: os.environ.get(name) for name in module.INTERPRETER} == module.INTERPRETER
+    if module.INTERPRETER:  # no CUDA device: the interpreter, on the CPU
+        assert module.gpu.interpreting() and module.DEV.type == "cpu"
+    with pytest.raises(StopIteration):
+        next(fixture)
+    assert dict(os.environ) == before
