@@ -668,20 +668,14 @@ def sketch_rows(typingctx, rk, leaves, r, r2, chunks, keys, out):  # noqa: ANN00
     def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
         rks = _schedule(builder, args[0])
         every = [_splat((1 << 64) - 1)] * (BLOCKS // 4)
-        chunks, keys = args[4], args[5]
-        pre = builder.block
-        head, done = builder.append_basic_block("rows_head"), builder.append_basic_block("rows_done")
-        builder.cbranch(builder.icmp_signed(">", keys, _const(0)), head, done)
-        builder.position_at_end(head)
-        j = builder.phi(_I64)
-        j.add_incoming(_const(0), pre)
-        lp = builder.add(args[1], builder.mul(j, builder.mul(chunks, _const(16 * BLOCKS))))
-        sums = _sketch_sums(builder, rks, every, lp, args[2], args[3], chunks)
-        builder.store(sums, builder.gep(_vptr(builder, args[6]), [j]), align=1)
-        nxt = builder.add(j, _const(1))
-        j.add_incoming(nxt, builder.block)
-        builder.cbranch(builder.icmp_signed("<", nxt, keys), head, done)
-        builder.position_at_end(done)
+        chunks = args[4]
+
+        def run(j: ir.Value) -> None:
+            lp = builder.add(args[1], builder.mul(j, builder.mul(chunks, _const(16 * BLOCKS))))
+            sums = _sketch_sums(builder, rks, every, lp, args[2], args[3], chunks)
+            builder.store(sums, builder.gep(_vptr(builder, args[6]), [j]), align=1)
+
+        _run(builder, args[5], run)
 
     return types.void(*([types.uintp] * 4), types.int64, types.int64, types.uintp), codegen
 

@@ -160,15 +160,22 @@ def test_the_walk_overwrites_stale_payload_views_and_an_empty_bucket(backend: st
     values (and a bucket of size 0, whose keys have no live leaf) come out as the sums of every
     key's live leaves (``eval_full_path``, independently); the rest of the batch untouched."""
     monkeypatch.setattr(kernels, "BACKEND", backend)
+    walk_over_stale_views(3432, -5)
+
+
+def walk_over_stale_views(seed: int, stale_t: int) -> None:
+    """Walk 3 users' keys of 5 buckets (sizes 20, 0, 13, 1, 7) into stale strided views of a batch's
+    payload arrays (control-bit counts ``stale_t``) and check every key's sums and counts against
+    ``eval_full_path`` and ``convert`` (independently), the size-0 bucket's zero, the neighbours untouched."""
     big_m, sizes = 20, np.array([20, 0, 13, 1, 7])
     users, buckets, width, ring_bits = 3, len(sizes), 65, 32
-    gen = np.random.default_rng(3432)
+    gen = np.random.default_rng(seed)
     alphas = gen.integers(0, np.maximum(sizes, 1), (users, buckets)).reshape(-1)
-    p0, _, state = fss.gen_path(alphas, big_m, _rng=CtrDrbg(3432))
+    p0, _, state = fss.gen_path(alphas, big_m, _rng=CtrDrbg(seed))
     cw_ret = fss.convert_gen(state, np.ones((len(alphas), 1), np.uint32), ring_bits=ring_bits, tag=RETRIEVAL_TAG)
     tables = gen.integers(0, 2**32, (buckets, big_m, 2), dtype=np.uint64).astype(np.uint32)
     key_conv = gen.integers(1, 2**32, (users, buckets + 2, width), dtype=np.uint64).astype(np.uint32)
-    t_count = np.full((users, buckets + 2), -5, np.int64)
+    t_count = np.full((users, buckets + 2), stale_t, np.int64)
     before = key_conv.copy(), t_count.copy()
     retrieve_and_prepare_buckets(p0, 0, cw_ret, tables, width, sizes=sizes, payload_sums=True,
                                  payload_out=PayloadSums(key_conv[:, 1:-1], t_count[:, 1:-1]))

@@ -14,11 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from secemb import fss
 from secemb.fss import fused, kernels
-from secemb.fss.convert import convert
-from secemb.fss.fused import AGGREGATION_TAG, RETRIEVAL_TAG, PayloadSums, retrieve_and_prepare_buckets
-from secemb.randomness import CtrDrbg
+from test_s30_fresh_sums import walk_over_stale_views  # pytest puts tests/fss on sys.path
 
 BACKENDS = [
     "numpy",
@@ -46,25 +43,5 @@ def test_the_walk_sets_every_key_of_a_poisoned_buffer(backend: str, monkeypatch:
         return buffer
 
     monkeypatch.setattr(fused, "_walk_buffer", poisoned)
-    big_m, sizes = 20, np.array([20, 0, 13, 1, 7])
-    users, buckets, width, ring_bits = 3, len(sizes), 65, 32
-    gen = np.random.default_rng(3838)
-    alphas = gen.integers(0, np.maximum(sizes, 1), (users, buckets)).reshape(-1)
-    p0, _, state = fss.gen_path(alphas, big_m, _rng=CtrDrbg(3838))
-    cw_ret = fss.convert_gen(state, np.ones((len(alphas), 1), np.uint32), ring_bits=ring_bits, tag=RETRIEVAL_TAG)
-    tables = gen.integers(0, 2**32, (buckets, big_m, 2), dtype=np.uint64).astype(np.uint32)
-    key_conv = gen.integers(1, 2**32, (users, buckets + 2, width), dtype=np.uint64).astype(np.uint32)
-    t_count = np.full((users, buckets + 2), 9, np.int64)
-    before = key_conv.copy(), t_count.copy()
-    retrieve_and_prepare_buckets(p0, 0, cw_ret, tables, width, sizes=sizes, payload_sums=True,
-                                 payload_out=PayloadSums(key_conv[:, 1:-1], t_count[:, 1:-1]))
+    walk_over_stale_views(3838, 9)  # every key's sums and counts, the size-0 bucket, the neighbours
     assert len(made) == 2  # both views strided: both walked into (poisoned) buffers
-    leaves = fss.eval_full_path(p0, 0)  # (U B, M, 2)
-    live = np.arange(big_m)[None, :] < np.tile(sizes, users)[:, None]
-    conv = convert(leaves, width, ring_bits, AGGREGATION_TAG) * live[..., None].astype(np.uint32)
-    assert np.array_equal(key_conv[:, 1:-1], conv.sum(axis=1, dtype=np.uint32).reshape(users, buckets, width))
-    assert np.array_equal(t_count[:, 1:-1], ((leaves[..., 0] & np.uint64(1)).astype(np.int64) * live).sum(axis=1)
-                          .reshape(users, buckets))
-    assert not key_conv[:, 2].any() and not t_count[:, 2].any()  # bucket 1: size 0, no live leaf
-    for kept, was in zip((key_conv, t_count), before, strict=True):
-        assert np.array_equal(kept[:, [0, -1]], was[:, [0, -1]])
