@@ -118,7 +118,8 @@ def _template(channel: int) -> None:
     from secemb.server import app as server_app, exchange_deploy, listener, persist  # noqa: F401
     from secemb.sim import allocator  # noqa: F401
     # what a server imports only once it runs: FastAPI's compatibility layer while it builds the app, and anyio's
-    # event loop backend (~0.05 s of CPU a fork; helper T, session 38, by py-spy)
+    # event loop backend (0.025-0.029 s and 0.015-0.016 s of import time, `python -X importtime`, 3 runs; helper T's
+    # py-spy of the suite had seen each forked server import them, ~0.1 s a fork, session 38)
     import anyio._backends._asyncio  # noqa: F401
     import pydantic.v1  # noqa: F401
 

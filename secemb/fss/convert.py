@@ -381,7 +381,7 @@ def convert_accumulate(words: np.ndarray, tag: str, acc: np.ndarray | None, star
         # a strided acc, key_acc or key_t is summed in a C-contiguous copy, written back: one compiled signature
         # a ring for the servers' arrays and the callers' views alike, not one a mix of layouts (~10 s of CPU each,
         # cold; session 37: a batch's (U, G, w) view had compiled two more); the walk's callers pass C-contiguous
-        # arrays (fused.retrieve_and_prepare_buckets copies a view once a walk, not once a call here)
+        # arrays (fused.retrieve_and_prepare_buckets walks a view in a buffer once a walk, not a copy once a call here)
         keys, sums, counts = _contiguous(by_key), _contiguous(acc), _contiguous(t_by_key)
         # outputs that overlap each other, one of them copied, take numpy's path, whose increments land in the
         # shared memory as they are made (S36-R1: the copies' write-backs dropped each other's sums)

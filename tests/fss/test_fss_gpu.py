@@ -10,6 +10,7 @@ not installed (``pip install 'secemb[gpu]'``).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import sys
 from collections.abc import Iterator
@@ -35,9 +36,18 @@ if INTERPRETER and "triton" in sys.modules:
     if not isinstance(cdiv, InterpretedFunction):  # Triton's own jit functions must be interpreted too
         pytest.skip("Triton was imported without TRITON_INTERPRET=1", allow_module_level=True)
 
-with pytest.MonkeyPatch.context() as _env:
-    for _name, _value in INTERPRETER.items():
-        _env.setenv(_name, _value)
+
+
+@contextlib.contextmanager
+def _interpreted() -> Iterator[None]:
+    """:data:`INTERPRETER` set inside, the environment restored after (the imports below, the module's tests)."""
+    with pytest.MonkeyPatch.context() as env:
+        for name, value in INTERPRETER.items():
+            env.setenv(name, value)
+        yield
+
+
+with _interpreted():
     from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
     from secemb import fss
@@ -58,10 +68,10 @@ with pytest.MonkeyPatch.context() as _env:
 @pytest.fixture(scope="module", autouse=True)
 def interpreter() -> Iterator[None]:
     """:data:`INTERPRETER` set while this module's tests run, the environment restored after them."""
-    with pytest.MonkeyPatch.context() as env:
-        for name, value in INTERPRETER.items():
-            env.setenv(name, value)
+    with _interpreted():
         yield
+
+
 #: one key for the servers of runs compared across backends: round_setup's sketch key, and the peer
 #: key of the servers made here (each protocol object would draw its own sketch key, and the devices'
 #: sketch seeds, in the replies, with it)

@@ -7,9 +7,9 @@ fault variables starts a fresh process."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
