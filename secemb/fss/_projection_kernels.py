@@ -314,8 +314,13 @@ def affine_vector(base: np.ndarray, count: np.ndarray, words: np.ndarray, negate
     ``xs`` (S w + P,) of the same dtype, uint32 or uint64 (overwritten).  The affine part is
     written through a (S, w) view of ``xs``: indexed flat (``a w + e``, a signed sum numba wraps
     around), the stores were compiled as scatters, about 3 times slower (8.8 against 3.0 us a
-    device of 250 x 65 uint32 words)."""
+    device of 250 x 65 uint32 words).  Refuses (``ValueError``) arrays whose shapes do not match each
+    other and ``xs`` (numba checks no index: a caller that skips the parts' check in Python,
+    :func:`~secemb.fss.projections.project_own_affine`, reads nothing outside them)."""
     slots, width = base.shape
+    if (words.shape[0] != slots or words.shape[1] != width or count.shape[0] != slots
+            or slots * width + tail.shape[0] != xs.shape[0]):
+        raise ValueError("affine_vector: base, count, words and tail do not make a vector of xs's length")
     zero = _word(xs, 0)
     sparse = xs[: slots * width].reshape(slots, width)
     for a in range(slots):

@@ -84,7 +84,7 @@ from secemb.errors import InvalidParameters, check_int
 from secemb.fss import fused
 from secemb.fss.cuckoo import NUM_HASHES
 from secemb.fss.keys import PathKeys
-from secemb.fss.projections import project_affine, project_each
+from secemb.fss.projections import project_each, project_own_affine
 from secemb.fss.rangeproof import RangeParams
 from secemb.privacy.noise import ClipSpec
 from secemb.protocols.base import BOUND_CHALLENGE_BYTES, RoundConfig
@@ -298,6 +298,9 @@ def projected_shares(challenges: Sequence[bytes], party: int, sums: Sequence[fus
     keys), aggregation correction words (``cws[d]``, ring (S, w)) and dense share (``dense[d]``,
     ring (P,)), without forming them: ``S_b = (-1)^b (key_conv + t_count CW)``
     (:func:`~secemb.fss.fused.payload_shares`) projected as it is computed
-    (:func:`~secemb.fss.projections.project_affine`); ring (n, ROWS), the same elements."""
+    (:func:`~secemb.fss.projections.project_affine`); ring (n, ROWS), the same elements.  The arrays are the
+    server's own (its walk's sums, the correction words it absorbed, its dense shares: the round fixes their
+    dtypes and shapes), so they go to :func:`~secemb.fss.projections.project_own_affine`, which does not check
+    them again in Python (its compiled kernel refuses shapes that do not match)."""
     parts = [(s.key_conv, s.t_count, cw, d) for s, cw, d in zip(sums, cws, dense, strict=True)]
-    return project_affine(challenges, check_int("party", party, low=0, high=1) == 1, parts, ROWS)
+    return project_own_affine(challenges, check_int("party", party, low=0, high=1) == 1, parts, ROWS)

@@ -1262,7 +1262,8 @@ class SecEmbServer(ServerRole):
         proved = sorted(asked & self._proofs.keys())
         challenges = [self._challenges[u] for u in proved]
         contexts = self._bound_contexts(proved, challenges)
-        shares = rangeproof.parse(params, 0, [self._proofs[u] for u in proved])  # checked at intake: no error
+        # the bodies handle_proof_many took (each of the round's length, its elements checked there): not again
+        shares = rangeproof.parse_taken(params, [self._proofs[u] for u in proved])
         hints = rangeproof.own_parts(params, shares, contexts)  # part_0, hashed once: bound_rejected verifies with it
         query = system_rng(QUERY_BYTES)
         self._asked = _Asked(proved, query, asked - set(proved), challenges, contexts, shares, hints)
