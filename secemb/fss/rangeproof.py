@@ -197,6 +197,8 @@ __all__ = [
     "parse",
     "parse_taken",
     "own_parts",
+    "own_part_rows",
+    "seed_part_rows",
     "well_formed",
     "check_message",
     "verifier_messages",
@@ -438,7 +440,7 @@ def _digest_rows(digests: list[bytes]) -> np.ndarray:
     return np.frombuffer(b"".join(digests), np.uint8).reshape(len(digests), PART_BYTES)
 
 
-def _part_rows(party: int, contexts: Sequence[bytes], keys: np.ndarray, inputs: np.ndarray) -> np.ndarray:
+def _parts(party: int, contexts: Sequence[bytes], keys: np.ndarray, inputs: np.ndarray) -> np.ndarray:
     """:func:`_part` of each device -- its context (bytes), key (row of uint8 (n, 16)) and inputs'
     bytes (row of uint8 (n, I)) -- as the rows of uint8 (n, 32): one
     :func:`~secemb.fss.hashing.sha256_many` batch where the contexts are of one length, else one hash
@@ -448,11 +450,6 @@ def _part_rows(party: int, contexts: Sequence[bytes], keys: np.ndarray, inputs: 
         return _digest_rows([_part(party, c, k.tobytes(), i.tobytes())
                              for c, k, i in zip(contexts, keys, inputs, strict=True)])
     return sha256_many(_DOMAIN + b"part" + _framed(bytes([party])), _framed_rows(rows, keys, inputs))
-
-
-def _parts(party: int, contexts: Sequence[bytes], keys: np.ndarray, inputs: np.ndarray) -> list[bytes]:
-    """:func:`_part_rows` as ``n`` bytes objects."""
-    return row_bytes(_part_rows(party, contexts, keys, inputs))
 
 
 def _joints(contexts: Sequence[bytes], part0: np.ndarray, part1: np.ndarray) -> np.ndarray:
@@ -765,8 +762,8 @@ def hints_of(params: RangeParams, contexts: Sequence[bytes], msgs: Sequence[byte
     if not msgs:
         return []
     raw = np.frombuffer(b"".join(msgs), np.uint8).reshape(len(msgs), params.message_bytes(0))
-    head = SEED_BYTES + PART_BYTES
-    return _parts(0, ctxs, raw[:, :SEED_BYTES], raw[:, head : head + F.ELEMENT_BYTES * params.witness_length])
+    head, inputs = SEED_BYTES + PART_BYTES, F.ELEMENT_BYTES * params.witness_length
+    return row_bytes(_parts(0, ctxs, raw[:, :SEED_BYTES], raw[:, head : head + inputs]))
 
 
 def seed_part(context: bytes, seed_1: bytes) -> bytes:
@@ -795,11 +792,22 @@ def seed_parts(contexts: Sequence[bytes], seeds: Sequence[bytes]) -> list[bytes]
     InvalidParameters
         If a context is not bytes, a seed not 16 bytes, or they are not as many.
     """
+    return row_bytes(seed_part_rows(contexts, seeds))
+
+
+def seed_part_rows(contexts: Sequence[bytes], seeds: Sequence[bytes]) -> np.ndarray:
+    """:func:`seed_parts` as the rows of uint8 (n, 32) (as :func:`own_part_rows`).
+
+    Raises
+    ------
+    InvalidParameters
+        As :func:`seed_parts`.
+    """
     ctxs = _contexts(contexts)
     if len(ctxs) != len(seeds) or not _all_bytes_of(seeds, SEED_BYTES):
         raise InvalidParameters(f"need one {SEED_BYTES}-byte seed_1 a context: {len(ctxs)} contexts")
     if not seeds:
-        return []
+        return np.empty((0, PART_BYTES), np.uint8)
     keys = np.frombuffer(b"".join(seeds), np.uint8).reshape(len(seeds), SEED_BYTES)
     return _parts(1, ctxs, keys, np.empty((len(seeds), 0), np.uint8))
 
@@ -877,19 +885,26 @@ def own_parts(params: RangeParams, shares: ProofShares, contexts: Sequence[bytes
     InvalidParameters
         If ``shares`` were not parsed under ``params``, or ``contexts`` are not ``n`` bytes objects.
     """
+    return row_bytes(own_part_rows(params, shares, contexts))
+
+
+def own_part_rows(params: RangeParams, shares: ProofShares, contexts: Sequence[bytes]) -> np.ndarray:
+    """:func:`own_parts` as the rows of uint8 (n, 32) (what :func:`verifier_messages` also takes as
+    ``parts``, and what a server writes into its messages: no ``n`` bytes objects made and joined again).
+
+    Raises
+    ------
+    InvalidParameters
+        As :func:`own_parts`.
+    """
     n = len(shares)
     if shares.inputs.shape != (n, params.witness_length) or shares.keys.shape != (n, SEED_BYTES):
         raise InvalidParameters(f"shares of {n} devices were not parsed under {params}")
     if len(contexts) != n:
         raise InvalidParameters(f"need one context a device: {n} devices, {len(contexts)} contexts")
-    return _own_parts(shares, _contexts(contexts))
-
-
-def _own_parts(shares: ProofShares, contexts: list[bytes]) -> list[bytes]:
-    """:func:`own_parts` of checked arguments (contexts as bytes)."""
-    if not len(shares):
-        return []
-    return _parts(shares.party, contexts, shares.keys, _hashed_inputs(shares))
+    if not n:
+        return np.empty((0, PART_BYTES), np.uint8)
+    return _parts(shares.party, _contexts(contexts), shares.keys, _hashed_inputs(shares))
 
 
 def _hashed_inputs(shares: ProofShares) -> np.ndarray:
@@ -939,7 +954,7 @@ def verifier_messages(
     contexts: Sequence[bytes],
     query_seed: bytes,
     *,
-    parts: Sequence[bytes] | None = None,
+    parts: Sequence[bytes] | np.ndarray | None = None,
 ) -> np.ndarray:
     """Server ``party``'s verifier messages for ``n`` devices, to exchange with the other server
     and pass to :func:`decide`: ``prepare_verifier(params, party, shares, contexts, query_seed,
@@ -961,7 +976,8 @@ def verifier_messages(
         This server's own joint-randomness parts of the ``n`` devices, where it has them already:
         server 0's :func:`hint_of` of each device's message under its context (what it sent server
         1), server 1's :func:`seed_part` of each seed; each must be the part ``shares`` and
-        ``contexts`` give, which the caller vouches for.  By default (None) computed here.
+        ``contexts`` give, which the caller vouches for; ``n`` bytes objects of 32 bytes, or their rows
+        uint8 (n, 32) (:func:`own_part_rows`, :func:`seed_part_rows`).  By default (None) computed here.
 
     Returns
     -------
@@ -1047,7 +1063,7 @@ class PreparedVerifier:
 
 
 def prepare_verifier(params: RangeParams, party: int, shares: ProofShares, contexts: Sequence[bytes],
-                     query_seed: bytes, *, parts: Sequence[bytes] | None = None) -> PreparedVerifier:
+                     query_seed: bytes, *, parts: Sequence[bytes] | np.ndarray | None = None) -> PreparedVerifier:
     """All of :func:`verifier_messages` that does not read the ring shares -- its checks of the
     other arguments (the same errors), the query drawn from ``query_seed`` and each device's joint
     randomness hashed (one batch) -- so that a server can do it before it computes the ring shares
@@ -1065,7 +1081,7 @@ def prepare_verifier(params: RangeParams, party: int, shares: ProofShares, conte
 
 def _prepare(params: RangeParams, party: int, shares: ProofShares, ring_shares: np.ndarray | None,
              contexts: Sequence[bytes], query_seed: bytes,
-             parts: Sequence[bytes] | None) -> tuple[PreparedVerifier, np.ndarray | None]:
+             parts: Sequence[bytes] | np.ndarray | None) -> tuple[PreparedVerifier, np.ndarray | None]:
     """:func:`prepare_verifier` and, unless ``None``, ``ring_shares`` checked (:func:`_checked_ring`) after
     the shares and before the contexts, as :func:`verifier_messages` checks them."""
     n = len(shares)
@@ -1084,16 +1100,19 @@ def _prepare(params: RangeParams, party: int, shares: ProofShares, ring_shares: 
         raise InvalidParameters(f"contexts must be {n} bytes objects")
     if not isinstance(query_seed, (bytes, bytearray)) or len(query_seed) < SEED_BYTES:
         raise InvalidParameters(f"query_seed must be at least {SEED_BYTES} bytes")
-    if parts is not None and (len(parts) != n or not _all_bytes_of(parts, PART_BYTES)):
-        raise InvalidParameters(f"parts must be {n} bytes objects of {PART_BYTES} bytes")
+    if parts is not None and (
+            (parts.dtype != np.uint8 or parts.shape != (n, PART_BYTES)) if isinstance(parts, np.ndarray)
+            else (len(parts) != n or not _all_bytes_of(parts, PART_BYTES))):
+        raise InvalidParameters(f"parts must be {n} bytes objects of {PART_BYTES} bytes, or their rows uint8 "
+                                f"({n}, {PART_BYTES})")
     # the compiled verifier forms the query's maps from its randomness in its call; numpy's are formed here
     query = _draw(params, bytes(query_seed)) if kernels.compiled() else _query(params, bytes(query_seed))
     template = np.empty((n, params.verifier_length), dtype=np.uint64)
     if not n:
         return PreparedVerifier(params, party, shares, query, np.empty((0, PART_BYTES), np.uint8), template,
                                 None), ring
-    own = _part_rows(party, contexts, shares.keys, _hashed_inputs(shares)) if parts is None else \
-        _digest_rows(list(parts))
+    own = _parts(party, contexts, shares.keys, _hashed_inputs(shares)) if parts is None else \
+        parts if isinstance(parts, np.ndarray) else _digest_rows(list(parts))
     joints = _joints(contexts, *((own, shares.hints) if party == 0 else (shares.hints, own)))
     template[:, params.opened_length :] = joints.view("<u8")
     return PreparedVerifier(params, party, shares, query, joints, template, _blocks(params, party, shares, query,

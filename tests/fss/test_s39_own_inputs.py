@@ -81,3 +81,35 @@ def test_parse_taken_is_parse_of_checked_messages() -> None:
     assert got.inputs.shape == (4, params.witness_length) and got.proofs.shape == (4, params.proof_length)
     with pytest.raises(ValueError):
         R.parse_taken(params, [*msgs[:3], msgs[3][:-8]])
+
+
+def test_part_rows_are_the_parts_and_verify_as_them() -> None:
+    """:func:`~secemb.fss.rangeproof.own_part_rows` and :func:`~secemb.fss.rangeproof.seed_part_rows` are
+    the rows of :func:`~secemb.fss.rangeproof.own_parts` and :func:`~secemb.fss.rangeproof.seed_parts`
+    (each part hashed by :func:`~secemb.fss.rangeproof.hint_of` / :func:`~secemb.fss.rangeproof.seed_part`
+    alone); the verifier messages with the parts given as rows are those with the parts given as bytes, and
+    rows of another shape or dtype are refused."""
+    params = R.RangeParams(rows=6, bits=8, ring_bits=32)
+    size, head = params.message_bytes(0), R.SEED_BYTES + R.PART_BYTES
+    gen = np.random.default_rng(3939)
+    msgs = [gen.bytes(head) + gen.integers(0, F.P, (size - head) // 8, dtype=np.uint64).astype("<u8").tobytes()
+            for _ in range(3)]
+    contexts = [b"ctx" + bytes([i]) * 20 for i in range(3)]
+    shares = R.parse(params, 0, msgs)
+    rows = R.own_part_rows(params, shares, contexts)
+    assert rows.dtype == np.uint8 and rows.shape == (3, R.PART_BYTES)
+    assert [r.tobytes() for r in rows] == R.own_parts(params, shares, contexts) == [
+        R.hint_of(params, c, m) for c, m in zip(contexts, msgs, strict=True)]
+    seeds = [gen.bytes(16) for _ in range(3)]
+    assert [r.tobytes() for r in R.seed_part_rows(contexts, seeds)] == R.seed_parts(contexts, seeds) == [
+        R.seed_part(c, s) for c, s in zip(contexts, seeds, strict=True)]
+    assert R.own_part_rows(params, R.parse(params, 0, []), []).shape == (0, R.PART_BYTES)
+    ring = gen.integers(0, 1 << 32, (3, params.rows), dtype=np.uint64)
+    query = gen.bytes(16)
+    by_bytes = R.verifier_messages(params, 0, shares, ring, contexts, query, parts=R.own_parts(params, shares,
+                                                                                                 contexts))
+    assert np.array_equal(R.verifier_messages(params, 0, shares, ring, contexts, query, parts=rows), by_bytes)
+    assert np.array_equal(R.verifier_messages(params, 0, shares, ring, contexts, query), by_bytes)
+    for bad in (rows[:2], rows.astype(np.int16), rows[:, :16]):
+        with pytest.raises(InvalidParameters, match="parts"):
+            R.prepare_verifier(params, 0, shares, contexts, query, parts=bad)

@@ -6,7 +6,6 @@ relay steps (:class:`secemb.protocols.secemb.relay.SecEmbRelayServer`)."""
 from __future__ import annotations
 
 import hashlib
-import hmac
 import operator
 import threading
 from collections.abc import Callable
@@ -168,7 +167,7 @@ class _Asked:
     challenges: list[bytes]  # each user's challenge
     contexts: list[bytes]  # each user's proof context
     shares: rangeproof.ProofShares  # server 0's parsed shares of their proofs
-    hints: list[bytes]  # server 0's own parts (part_0), sent to server 1
+    hints: np.ndarray  # server 0's own parts (part_0), sent to server 1: uint8 (n, 32)
 
 
 def sift(items: list[tuple[int, _M]], out: list[_T | SecembError],
@@ -1217,13 +1216,14 @@ class SecEmbServer(ServerRole):
 
     def _verifier_messages(self, params: rangeproof.RangeParams, shares: rangeproof.ProofShares, users: list[int],
                            challenges: list[bytes], contexts: list[bytes], query: bytes, *,
-                           parts: list[bytes] | None = None) -> np.ndarray:
+                           parts: np.ndarray | None = None) -> np.ndarray:
         """This server's verifier messages (uint64 (n, verifier_length)) for ``users`` (their
         parsed ``shares`` and proof ``contexts``, in order; ``parts``, if given, this server's own
-        joint-randomness parts of them, as :func:`~secemb.fss.rangeproof.verifier_messages` takes
-        them): :func:`~secemb.fss.rangeproof.verifier_messages` on their projections
-        (:meth:`_bound_projections`), in ranges of users on the backend's threads (:meth:`_spans`:
-        one range on a serial backend; the kernels of both steps run without the GIL).  A device's
+        joint-randomness parts of them, the rows of uint8 (n, 32), as
+        :func:`~secemb.fss.rangeproof.verifier_messages` takes them):
+        :func:`~secemb.fss.rangeproof.verifier_messages` on their projections (:meth:`_bound_projections`),
+        in ranges of users on the backend's threads (:meth:`_spans`: one range on a serial backend; the
+        kernels of both steps run without the GIL).  A device's
         messages do not depend on the others of its batch, so the ranges give the messages of one
         call.  A range's verifier is prepared (:func:`~secemb.fss.rangeproof.prepare_verifier`: its
         checks, the query and the joint randomness) before its projections, whose passes over the
@@ -1264,14 +1264,13 @@ class SecEmbServer(ServerRole):
         contexts = self._bound_contexts(proved, challenges)
         # the bodies handle_proof_many took (each of the round's length, its elements checked there): not again
         shares = rangeproof.parse_taken(params, [self._proofs[u] for u in proved])
-        hints = rangeproof.own_parts(params, shares, contexts)  # part_0, hashed once: bound_rejected verifies with it
+        hints = rangeproof.own_part_rows(params, shares, contexts)  # part_0, hashed once: bound_rejected uses it
         query = system_rng(QUERY_BYTES)
         self._asked = _Asked(proved, query, asked - set(proved), challenges, contexts, shares, hints)
         rows = np.empty((len(proved), 8 + CHALLENGE_BYTES + 2 * rangeproof.PART_BYTES), np.uint8)
         rows[:, :8] = np.array(proved, "<u8").view(np.uint8).reshape(-1, 8)
         rows[:, 8 : 8 + CHALLENGE_BYTES] = np.frombuffer(b"".join(challenges), np.uint8).reshape(-1, CHALLENGE_BYTES)
-        rows[:, 8 + CHALLENGE_BYTES : -rangeproof.PART_BYTES] = np.frombuffer(b"".join(hints), np.uint8).reshape(
-            -1, rangeproof.PART_BYTES)
+        rows[:, 8 + CHALLENGE_BYTES : -rangeproof.PART_BYTES] = hints
         rows[:, -rangeproof.PART_BYTES :] = shares.hints  # each proof's own part_1, as the device sent it
         return frame(NAME, "bound_request", 1, cfg.round_id, query, rows.data)
 
@@ -1324,11 +1323,15 @@ class SecEmbServer(ServerRole):
         msgs[:, SIGMA_BYTES:] = table[:, hint_at : hint_at + rangeproof.PART_BYTES]
         shares = rangeproof.parse(params, 1, msgs)  # the batch's messages as one array
         contexts = self._bound_contexts(users, challenges)
-        own = rangeproof.seed_parts(contexts, sigmas)
+        own = rangeproof.seed_part_rows(contexts, sigmas)
+        # unbound: the part_1 server 0 forwarded is not this server's, or (full layout) the named challenge is not
+        # this server's c_u; each compared whole, every byte (no early exit), as the rows of the request's table
+        unbound = np.bitwise_or.reduce(own ^ table[:, hint_at + rangeproof.PART_BYTES :], axis=1) != 0
         derived = [self._absorbed[u].challenge for u in users]  # the full layout's c_u; else None
-        forwarded = row_bytes(table[:, hint_at + rangeproof.PART_BYTES :])  # each part_1 as server 0 forwarded it
-        unbound = [j for j, (fwd, part, c, d) in enumerate(zip(forwarded, own, challenges, derived, strict=True))
-                   if not hmac.compare_digest(part, fwd) or (d is not None and not hmac.compare_digest(c, d))]
+        if any(d is not None for d in derived):
+            kept = bytes_rows([c if d is None else d for c, d in zip(challenges, derived, strict=True)],
+                              CHALLENGE_BYTES)
+            unbound |= np.bitwise_or.reduce(table[:, 8:hint_at] ^ kept, axis=1) != 0
         v1 = self._verifier_messages(params, shares, users, challenges, contexts, query, parts=own)  # the last step
         v1[unbound, : params.opened_length] = 0
         self._answered.update(users)
