@@ -1100,11 +1100,11 @@ def _prepare(params: RangeParams, party: int, shares: ProofShares, ring_shares: 
         raise InvalidParameters(f"contexts must be {n} bytes objects")
     if not isinstance(query_seed, (bytes, bytearray)) or len(query_seed) < SEED_BYTES:
         raise InvalidParameters(f"query_seed must be at least {SEED_BYTES} bytes")
-    if parts is not None and (
-            (parts.dtype != np.uint8 or parts.shape != (n, PART_BYTES)) if isinstance(parts, np.ndarray)
-            else (len(parts) != n or not _all_bytes_of(parts, PART_BYTES))):
-        raise InvalidParameters(f"parts must be {n} bytes objects of {PART_BYTES} bytes, or their rows uint8 "
-                                f"({n}, {PART_BYTES})")
+    if isinstance(parts, np.ndarray):
+        if parts.dtype != np.uint8 or parts.shape != (n, PART_BYTES):
+            raise InvalidParameters(f"parts as rows must be uint8 ({n}, {PART_BYTES}), got {parts.dtype} {parts.shape}")
+    elif parts is not None and (len(parts) != n or not _all_bytes_of(parts, PART_BYTES)):
+        raise InvalidParameters(f"parts must be {n} bytes objects of {PART_BYTES} bytes")
     # the compiled verifier forms the query's maps from its randomness in its call; numpy's are formed here
     query = _draw(params, bytes(query_seed)) if kernels.compiled() else _query(params, bytes(query_seed))
     template = np.empty((n, params.verifier_length), dtype=np.uint64)
