@@ -421,7 +421,7 @@ def project_own_affine(seeds: Sequence[bytes] | np.ndarray, negate: bool, parts:
     read either way: the compiled :func:`~secemb.fss._projection_kernels.affine_vector` refuses
     (``ValueError``) a part whose shapes do not make the first part's length; without the compiled
     kernels this is :func:`project_affine`, checks included.  The same elements as
-    :func:`project_affine` (``tests/fss/test_s39_own_affine.py``)."""
+    :func:`project_affine` (``tests/fss/test_s39_own_inputs.py``)."""
     if not kernels.compiled() or not parts:
         return project_affine(seeds, negate, parts, rows)
     base, _, _, tail = parts[0]

@@ -1223,12 +1223,12 @@ class SecEmbServer(ServerRole):
         :func:`~secemb.fss.rangeproof.verifier_messages` takes them):
         :func:`~secemb.fss.rangeproof.verifier_messages` on their projections (:meth:`_bound_projections`),
         in ranges of users on the backend's threads (:meth:`_spans`: one range on a serial backend; the
-        kernels of both steps run without the GIL).  A device's
-        messages do not depend on the others of its batch, so the ranges give the messages of one
-        call.  A range's verifier is prepared (:func:`~secemb.fss.rangeproof.prepare_verifier`: its
-        checks, the query and the joint randomness) before its projections, whose passes over the
-        payload sums, correction words and expanded rows (megabytes) evict the caches that Python
-        steps run from: after them only the verifier's compiled call is left."""
+        kernels of both steps run without the GIL).  A device's messages do not depend on the others of
+        its batch, so the ranges give the messages of one call.  A range's verifier is prepared
+        (:func:`~secemb.fss.rangeproof.prepare_verifier`: its checks, the query and the joint randomness)
+        before its projections, whose passes over the payload sums, correction words and expanded rows
+        (megabytes) evict the caches that Python steps run from: after them only the verifier's compiled
+        call is left."""
 
         def span(bounds: tuple[int, int]) -> np.ndarray:
             lo, hi = bounds
