@@ -144,14 +144,12 @@ def test_own_affine_of_a_later_part_on_a_wider_ring_gives_its_low_words() -> Non
         project_affine(_seeds(N), True, parts, ROWS)
 
 
-@pytest.mark.xfail(strict=True, reason="S39-R1: a first part of no length makes L = 0, and project_own_affine "
-                                       "answers zeros for every device, later parts of 38 words unread and "
-                                       "unrefused (project_affine refuses them)")
 def test_own_affine_refuses_later_parts_after_a_first_part_of_no_length() -> None:
     """The docstring's promise -- a part whose shapes do not make the first part's length is refused -- where
     the first part is empty: ``_project_affine`` returns zeros before any kernel runs, so the later
     devices get zero projections, not a refusal (not reachable from a round: its ``S`` and ``w`` are at
-    least 1).  Fix: refuse, or check, where the first part's length is 0 (``project_affine`` then)."""
+    least 1).  Fixed by the lead (session 39): a first part of no length goes to ``project_affine``, which
+    checks every part."""
     parts = _parts(N, 11)
     parts[0] = (np.zeros((0, 5), np.uint32), np.zeros(0, np.int64), np.zeros((0, 5), np.uint32),
                 np.zeros(0, np.uint32))
