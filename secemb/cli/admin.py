@@ -360,7 +360,7 @@ def clear_strikes(
     _operate(deployment, run, one)
 
 
-@admin_app.command("count")
+@admin_app.command("count", short_help="Run the m' phase: collect the devices' count shares, print m'.")
 def count(
     deployment: Annotated[Path, _DEPLOYMENT],
     wait: Annotated[float, typer.Option(min=0.0, help="Seconds to collect the devices' count shares.")] = 60.0,

@@ -101,7 +101,10 @@ def test_flags_take_no_value() -> None:
 
 
 def test_train_errors_go_to_stderr() -> None:
-    _is_usage_error(_run("train", "-q", "--model", "nope"), "no preset for model 'nope'")
+    res = _run("train", "-q", "--model", "nope")
+    _is_usage_error(res, "no preset for model 'nope'")
+    # a name that is no model says so and lists the models, instead of asking for dim, lr and reg
+    _is_usage_error(res, "no such model; available: ['caser', 'deepfm', 'din'")
 
 
 # --- item 11 -----------------------------------------------------------------------------------
@@ -117,3 +120,22 @@ def test_license_and_citation_are_in_the_repository() -> None:
     assert "Apache License" in (root / "LICENSE").read_text() and "Version 2.0" in (root / "LICENSE").read_text()
     citation = (root / "CITATION.cff").read_text()
     assert citation.startswith("cff-version: 1.2.0") and "SecEmb" in citation
+
+
+def test_the_progress_bar_says_the_first_round_may_compile_the_kernels() -> None:
+    # session 39, helper U: a fresh install's first `secemb train` sat at 0/N rounds for about a
+    # minute (numba compiling the kernels) with nothing to say why; the first round's end replaces it
+    from io import StringIO
+
+    from rich.console import Console
+
+    from secemb.cli._report import training_display
+
+    progress, on_start, on_round, _ = training_display(Console(file=StringIO()), quiet=False)
+    with progress:
+        on_start({"protocol": "secemb", "layout": "cuckoo", "relay": True, "dataset": "synthetic", "model": "mf",
+                  "dim": 4, "lr": 0.1, "reg": 0.0, "active_users": 2, "num_items": 3, "m_prime": 1,
+                  "m_prime_source": "fixed", "users_per_round": 2, "total_rounds": 2})
+        assert "compiles the kernels" in progress.tasks[0].fields["status"]
+        on_round(type("R", (), {"epoch": 1, "train_loss": 0.5})())
+        assert progress.tasks[0].fields["status"] == "epoch 1 loss 0.5000"
