@@ -374,6 +374,9 @@ def count(
         link = HttpAdminLink(0, d.admin(0))
         ids = _users(users) if users is not None else list(range(d.config(0).num_users))
         link.count_open(ids)
+        if wait > 0:  # stdout keeps the one JSON document
+            typer.echo(f"count phase open: collecting the devices' count shares for {wait:g} s "
+                       "('secemb client --count'), then closing it", err=True)
         time.sleep(wait)  # the devices send their shares meanwhile
         return link.count_close()
 
