@@ -139,3 +139,10 @@ def test_the_progress_bar_says_the_first_round_may_compile_the_kernels() -> None
         assert "compiles the kernels" in progress.tasks[0].fields["status"]
         on_round(type("R", (), {"epoch": 1, "train_loss": 0.5})())
         assert progress.tasks[0].fields["status"] == "epoch 1 loss 0.5000"
+
+
+def test_serve_without_a_config_says_which_file_to_give() -> None:
+    # session 39, helper U: `secemb serve` alone listed eight missing keys and nothing to do
+    res = _run("serve")
+    _is_usage_error(res, "config is missing party, peer_url")
+    _is_usage_error(res, "give --config FILE, the serverP.json that 'secemb admin init'")
