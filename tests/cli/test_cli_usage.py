@@ -146,3 +146,14 @@ def test_serve_without_a_config_says_which_file_to_give() -> None:
     res = _run("serve")
     _is_usage_error(res, "config is missing party, peer_url")
     _is_usage_error(res, "give --config FILE, the serverP.json that 'secemb admin init'")
+
+
+def test_dp_fedrec_without_an_epsilon_warns_that_it_adds_no_noise() -> None:
+    # session 39, helper U: `--protocol dp-fedrec` alone trained plaintext's model, with no word that
+    # its devices added no noise; the warning comes before any work (here the missing file stops it)
+    res = _run("train", "-q", "--protocol", "dp-fedrec", "--dataset", "/nonexistent/ratings.csv")
+    assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+    assert res.stderr.startswith("warning: --protocol dp-fedrec without --dp-epsilon: the devices add no noise")
+    assert "error: rating file /nonexistent/ratings.csv not found" in res.stderr, res.stderr
+    res = _run("train", "-q", "--protocol", "dp-fedrec", "--dp-epsilon", "1", "--dataset", "/nonexistent/ratings.csv")
+    assert res.exit_code == 2 and "warning" not in res.stderr, res.stderr
