@@ -109,8 +109,9 @@ class RunOptions(BaseModel):
         default=False,
         description="Bounded payloads (secemb, 32-bit ring): each device clips its upload and proves it small; the "
                     "servers leave out a device whose proof fails or is missing (docs/security.md).")
-    epochs: StrictInt = Field(default=5, ge=1,
-                              description="Passes over the users (5 SecEmb epochs on synthetic: about a minute).")
+    epochs: StrictInt = Field(
+        default=5, ge=1, description="Passes over the users (5 SecEmb epochs on synthetic: about 10 s, plus about a "
+                                     "minute once, the first run after an install, to compile the kernels).")
     users_per_round: StrictInt = Field(default=100, ge=1, description="Users per round.")
     m_prime: StrictInt | None = Field(default=None, ge=1,
                                       description="Rows per user and round; default: Eq. 11 with --alpha.")

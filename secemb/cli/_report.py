@@ -10,6 +10,9 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+#: The progress bar's status until the first round ends, which may compile the kernels.
+FIRST_ROUND = "round 1: the first run after an install compiles the kernels first (about a minute, once)"
+
 
 def describe(cfg: dict[str, Any], prefix: str = "") -> str:
     """One line naming the run from its result ``config`` document."""
@@ -38,7 +41,8 @@ def training_display(
 
     def on_start(cfg: dict[str, Any]) -> None:
         console.print(describe(cfg, prefix), markup=False)
-        task["id"] = progress.add_task("rounds", total=cfg["total_rounds"], status="")
+        # the first round loads the compiled kernels: on a fresh install it compiles them (about a minute, once)
+        task["id"] = progress.add_task("rounds", total=cfg["total_rounds"], status=FIRST_ROUND)
 
     def on_round(r: Any) -> None:
         progress.update(task["id"], advance=1, status=f"epoch {r.epoch} loss {r.train_loss:.4f}")

@@ -360,7 +360,7 @@ def clear_strikes(
     _operate(deployment, run, one)
 
 
-@admin_app.command("count")
+@admin_app.command("count", short_help="Run the m' phase: collect the devices' count shares, print m'.")
 def count(
     deployment: Annotated[Path, _DEPLOYMENT],
     wait: Annotated[float, typer.Option(min=0.0, help="Seconds to collect the devices' count shares.")] = 60.0,
@@ -374,6 +374,9 @@ def count(
         link = HttpAdminLink(0, d.admin(0))
         ids = _users(users) if users is not None else list(range(d.config(0).num_users))
         link.count_open(ids)
+        if wait > 0:  # stdout keeps the one JSON document
+            typer.echo(f"count phase open: collecting the devices' count shares for {wait:g} s "
+                       "('secemb client --count'), then closing it", err=True)
         time.sleep(wait)  # the devices send their shares meanwhile
         return link.count_close()
 

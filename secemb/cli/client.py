@@ -33,7 +33,9 @@ def register(app: typer.Typer) -> None:
         model: Annotated[str | None, typer.Option(
             help="The deployment's model, for --count when the credentials do not name it (rounds announce it; "
                  "default: a rating model).")] = None,
-        data_dir: Annotated[Path | None, typer.Option(envvar="SECEMB_DATA_DIR")] = None,
+        data_dir: Annotated[Path | None, typer.Option(
+            envvar="SECEMB_DATA_DIR", help="Directory of the dataset files: --dataset's, or a one-server protocol's "
+                                           "own.")] = None,
         seed: Annotated[int, typer.Option(min=0, help="Dataset/split seed (as the run's).")] = 0,
         test_fraction: Annotated[float, typer.Option(help="Held-out fraction of the split.")] = 0.2,
         rounds: Annotated[int, typer.Option(min=1, help="Rounds to take part in.")] = 1,

@@ -116,6 +116,9 @@ def register(app: typer.Typer) -> None:
             exp = Experiment.from_options(run_options(ctx))
         except InvalidParameters as exc:
             fail(exc)
+        if exp.protocol == "dp-fedrec" and exp.dp_epsilon == float("inf"):  # its noise comes from --dp-epsilon only
+            typer.echo("warning: --protocol dp-fedrec without --dp-epsilon: the devices add no noise, so the run "
+                       "has none of DP-FedRec's privacy (docs/baselines.md); give --dp-epsilon E", err=True)
         progress, on_start, on_round, on_epoch = training_display(console, quiet)
 
         try:

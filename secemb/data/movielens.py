@@ -203,7 +203,7 @@ def _how_to_get(name: str) -> str:
         " Konstan 2015; do not redistribute) and unzip it in a data directory (giving"
         f" DIR/{folder}/{ARCHIVES[name].ratings}); then pass --data-dir DIR (data_dir=DIR) or set"
         f" {DATA_DIR_ENV}=DIR.",
-        f"Or, on a machine with network access, load_dataset({name!r}, download=True) fetches"
+        f"Or, on a machine with network access, --download (load_dataset({name!r}, download=True)) fetches"
         f" and verifies it into the data directory (default {default_data_dir()}).",
     ]
     if name == "ml-100k":

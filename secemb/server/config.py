@@ -609,7 +609,10 @@ def load_config(path: str | os.PathLike | None = None, **overrides: Any) -> Serv
     missing = [n for n in ("party", "peer_url", "state_dir", "peer_secret", "admin_secret", "user_secret",
                            "num_items", "num_users") if n not in values]
     if missing:
-        raise InvalidParameters(f"config is missing {', '.join(missing)}")
+        hint = ("" if path is not None else
+                "; give --config FILE, the serverP.json that 'secemb admin init' (then 'pair') wrote "
+                "(docs/deployment.md, 'Running it')")
+        raise InvalidParameters(f"config is missing {', '.join(missing)}{hint}")
     try:
         return ServerConfig(**values)
     except TypeError as exc:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import logging
 import signal
 import socket
 import ssl
@@ -164,11 +165,30 @@ def run(app: Any, cfg: Any, *, log_level: str, sock: socket.socket | None = None
     bind only proves the port free; a process that takes the port in the instant between is
     uvicorn's startup failure, exit 3)."""
     tls = {} if cfg.insecure_http else server_context_kwargs(cfg.tls_ca, cfg.tls_cert, cfg.tls_key)
+    if tls:  # the process's one server speaks TLS: uvicorn's start-up line says so (_TlsScheme)
+        logging.getLogger("uvicorn.error").addFilter(_TLS_SCHEME)
     config = guarded_config(app, cfg.host, cfg.port, read_timeout_s=cfg.read_timeout_s,
                             max_connections=cfg.max_connections, tls=tls, log_level=log_level)
     if sock is not None:
         sock.close()
     serve_until_stopped(config)
+
+
+class _TlsScheme(logging.Filter):
+    """uvicorn names the scheme of its start-up line ("Uvicorn running on http://...") from its
+    ``config.ssl``, which :func:`guarded_config` hands to :class:`TlsFirstProtocol` instead: the
+    line would say ``http`` for a server that speaks only TLS.  This filter of the
+    ``uvicorn.error`` logger, installed by :func:`run` for a TLS server (the process's one
+    server), makes that line say ``https``; every other record passes unchanged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if (isinstance(record.msg, str) and record.msg.startswith("Uvicorn running on ")
+                and isinstance(record.args, tuple) and record.args[:1] == ("http",)):
+            record.args = ("https", *record.args[1:])
+        return True
+
+
+_TLS_SCHEME = _TlsScheme()
 
 
 def serve_until_stopped(config: Any) -> None:

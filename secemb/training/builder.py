@@ -15,7 +15,7 @@ from secemb.data.features import FeatureSet, load_features
 from secemb.data.synthetic import STANDS_FOR
 from secemb.errors import InvalidParameters, check_float
 from secemb.metrics.evaluate import check_metrics
-from secemb.models import PRESETS, RecModel, get_model, get_preset, uses_features
+from secemb.models import MODELS, PRESETS, RecModel, get_model, get_preset, uses_features
 from secemb.privacy.accounting import DPSettings
 from secemb.protocols import get_protocol
 from secemb.protocols.backends import make_backend
@@ -80,6 +80,8 @@ def experiment_hparams(exp: Experiment) -> dict[str, Any]:
     if not missing:
         return given
     if exp.model not in PRESETS:
+        if exp.model not in MODELS:  # a typo: giving dim, lr and reg would not help
+            raise InvalidParameters(f"no preset for model {exp.model!r}: no such model; available: {sorted(MODELS)}")
         raise InvalidParameters(
             f"no preset for model {exp.model!r}; known: {sorted(PRESETS)} -- give {', '.join(missing)} "
             "(dim, lr and reg all given need no preset)"

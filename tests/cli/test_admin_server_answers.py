@@ -101,3 +101,17 @@ def test_the_admin_link_refuses_a_malformed_round_outcome(call, path, doc) -> No
                                       http=httpx.Client(transport=httpx.MockTransport(answer))))
     with pytest.raises(InvalidMessage, match=f"server 0 \\(https://127.0.0.1:9{path}\\)"):
         call(link)
+
+
+def test_count_says_what_it_waits_for(monkeypatch, deployment) -> None:
+    # session 39, helper U: `admin count --wait 600` sat silent for ten minutes; now one stderr line
+    # says what it collects and for how long, and stdout stays the one JSON document
+    def answer(self: ApiClient, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        return httpx.Response(200, content=json.dumps(GOOD[path]).encode(),
+                              headers={"content-type": "application/json"})
+
+    monkeypatch.setattr(ApiClient, "request", answer)
+    res = CliRunner().invoke(app, ["admin", "count", "--wait", "0.01", "--deployment", deployment])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout) == GOOD["/v1/admin/count/close"]
+    assert res.stderr.startswith("count phase open: collecting the devices' count shares for 0.01 s"), res.stderr

@@ -101,7 +101,10 @@ def test_flags_take_no_value() -> None:
 
 
 def test_train_errors_go_to_stderr() -> None:
-    _is_usage_error(_run("train", "-q", "--model", "nope"), "no preset for model 'nope'")
+    res = _run("train", "-q", "--model", "nope")
+    _is_usage_error(res, "no preset for model 'nope'")
+    # a name that is no model says so and lists the models, instead of asking for dim, lr and reg
+    _is_usage_error(res, "no such model; available: ['caser', 'deepfm', 'din'")
 
 
 # --- item 11 -----------------------------------------------------------------------------------
@@ -117,3 +120,40 @@ def test_license_and_citation_are_in_the_repository() -> None:
     assert "Apache License" in (root / "LICENSE").read_text() and "Version 2.0" in (root / "LICENSE").read_text()
     citation = (root / "CITATION.cff").read_text()
     assert citation.startswith("cff-version: 1.2.0") and "SecEmb" in citation
+
+
+def test_the_progress_bar_says_the_first_round_may_compile_the_kernels() -> None:
+    # session 39, helper U: a fresh install's first `secemb train` sat at 0/N rounds for about a
+    # minute (numba compiling the kernels) with nothing to say why; the first round's end replaces it
+    from io import StringIO
+
+    from rich.console import Console
+
+    from secemb.cli._report import training_display
+
+    progress, on_start, on_round, _ = training_display(Console(file=StringIO()), quiet=False)
+    with progress:
+        on_start({"protocol": "secemb", "layout": "cuckoo", "relay": True, "dataset": "synthetic", "model": "mf",
+                  "dim": 4, "lr": 0.1, "reg": 0.0, "active_users": 2, "num_items": 3, "m_prime": 1,
+                  "m_prime_source": "fixed", "users_per_round": 2, "total_rounds": 2})
+        assert "compiles the kernels" in progress.tasks[0].fields["status"]
+        on_round(type("R", (), {"epoch": 1, "train_loss": 0.5})())
+        assert progress.tasks[0].fields["status"] == "epoch 1 loss 0.5000"
+
+
+def test_serve_without_a_config_says_which_file_to_give() -> None:
+    # session 39, helper U: `secemb serve` alone listed eight missing keys and nothing to do
+    res = _run("serve")
+    _is_usage_error(res, "config is missing party, peer_url")
+    _is_usage_error(res, "give --config FILE, the serverP.json that 'secemb admin init'")
+
+
+def test_dp_fedrec_without_an_epsilon_warns_that_it_adds_no_noise() -> None:
+    # session 39, helper U: `--protocol dp-fedrec` alone trained plaintext's model, with no word that
+    # its devices added no noise; the warning comes before any work (here the missing file stops it)
+    res = _run("train", "-q", "--protocol", "dp-fedrec", "--dataset", "/nonexistent/ratings.csv")
+    assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+    assert res.stderr.startswith("warning: --protocol dp-fedrec without --dp-epsilon: the devices add no noise")
+    assert "error: rating file /nonexistent/ratings.csv not found" in res.stderr, res.stderr
+    res = _run("train", "-q", "--protocol", "dp-fedrec", "--dp-epsilon", "1", "--dataset", "/nonexistent/ratings.csv")
+    assert res.exit_code == 2 and "warning" not in res.stderr, res.stderr

@@ -142,3 +142,32 @@ def test_a_liar_moves_the_mean_count_anywhere_in_0_m_not_by_m_over_n():
     assert _mean_count(m * n - 9 * 16) == m  # a total of n m: the mean is m
     text = " ".join((Path(__file__).parents[2] / "docs" / "security.md").read_text().split())
     assert "by at most `m/n`" not in text and "any value in `[0, m]`" in text
+
+
+def test_uvicorn_says_https_for_a_tls_server(tmp_path, monkeypatch, caplog):
+    # session 39, helper U: `secemb serve` printed "Uvicorn running on http://..." for a server that
+    # speaks only TLS (guarded_config hands the TLS context to TlsFirstProtocol, not to uvicorn)
+    import logging
+    from types import SimpleNamespace
+
+    from secemb.server import listener
+    from secemb.server.tls import init_pki
+
+    files = init_pki(tmp_path / "pki", 0, ["127.0.0.1"])
+    cfg = SimpleNamespace(insecure_http=False, tls_ca=files.ca, tls_cert=files.cert(0), tls_key=files.key(0),
+                          host="127.0.0.1", port=0, read_timeout_s=5.0, max_connections=4)
+    monkeypatch.setattr(listener, "guarded_config", lambda *a, **kw: kw["tls"])
+    served = []
+    monkeypatch.setattr(listener, "serve_until_stopped", served.append)
+    logger = logging.getLogger("uvicorn.error")
+    try:
+        listener.run(None, cfg, log_level="info")
+        assert served and served[0]  # TLS files handed on
+        with caplog.at_level(logging.INFO, logger="uvicorn.error"):
+            # as uvicorn's Server.startup logs it (its scheme from config.ssl, None here)
+            logger.info("Uvicorn running on %s://%s:%d (Press CTRL+C to quit)", "http", "127.0.0.1", 8700)
+            logger.info("Started server process [%d]", 1)
+        assert [r.getMessage() for r in caplog.records] == [
+            "Uvicorn running on https://127.0.0.1:8700 (Press CTRL+C to quit)", "Started server process [1]"]
+    finally:
+        logger.removeFilter(listener._TLS_SCHEME)
