@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import cache
 from typing import Any
@@ -28,7 +28,8 @@ import numpy as np
 
 from secemb.errors import InvalidParameters
 
-__all__ = ["BACKEND", "compiled", "available", "host_cpu_features", "read_only", "sha_compiled", "signals_deferred"]
+__all__ = ["BACKEND", "compiled", "available", "host_cpu_features", "read_only", "sha_compiled", "signals_deferred",
+           "compile_clock"]
 
 
 #: among the features the kernels choose their code by, those LLVM enables with each (its X86 target's
@@ -124,6 +125,24 @@ def read_only(a: np.ndarray) -> np.ndarray:
 def compiled() -> bool:
     """Whether calls now take the compiled kernels."""
     return BACKEND == "numba"
+
+
+@contextmanager
+def compile_clock() -> Iterator[Callable[[], float]]:
+    """Measure the wall seconds numba spends compiling kernels while the body runs: yields a function
+    that returns them (so far, and after the body).  Only compilations count -- a kernel that numba
+    loads from its on-disk cache, or that this process has loaded already, adds nothing -- so a run
+    after the first on a machine reads about 0.  numba compiles under one process-wide lock, so
+    compilations on any thread add up without overlap (numba's ``numba:compile`` event, timed
+    outermost first).  Without numba the function returns 0."""
+    try:
+        from numba.core import event
+    except ImportError:
+        yield lambda: 0.0
+        return
+    timer = event.TimingListener()
+    with event.install_listener("numba:compile", timer):
+        yield lambda: timer.duration if timer.done else 0.0
 
 
 def sha_compiled() -> bool:
