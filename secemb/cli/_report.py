@@ -40,7 +40,7 @@ def training_display(
     task: dict[str, Any] = {}
 
     def on_start(cfg: dict[str, Any]) -> None:
-        console.print(describe(cfg, prefix), markup=False)
+        console.print(describe(cfg, prefix), markup=False, soft_wrap=True)  # one line, piped too
         # the first round loads the compiled kernels: on a fresh install it compiles them (about a minute, once)
         task["id"] = progress.add_task("rounds", total=cfg["total_rounds"], status=FIRST_ROUND)
 

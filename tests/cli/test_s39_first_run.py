@@ -1,7 +1,8 @@
 """Session 39 (lead; helper U's finding): a fresh install's first ``secemb train`` spends about 50 s
 compiling the kernels inside its rounds, and its summary's compute figures (server compute a round 0.77 s
 against 0.07 s warm, in U's run) read as the protocol's cost.  :func:`secemb.fss.kernels.compile_clock`
-times numba's compilations (not its cache loads) and the summary names them from 1 s on."""
+times numba's compilations (not its cache loads) and the summary names them from 1 s on.  And the run's
+one-line header stays one line when the output is piped (rich's 80 columns folded it mid-word, U)."""
 
 from __future__ import annotations
 
@@ -56,3 +57,12 @@ def test_the_summary_names_the_compilation_of_a_first_run(monkeypatch: pytest.Mo
 def test_the_summary_says_nothing_of_compilation_below_a_second(monkeypatch: pytest.MonkeyPatch) -> None:
     out = _train(monkeypatch, 0.4)
     assert "compiling the kernels" not in out and "wall time" in out
+
+
+def test_the_run_header_is_one_line_when_piped() -> None:
+    res = CliRunner().invoke(app, ["train", "--dataset", "synthetic-mini", "--protocol", "plaintext", "--epochs",
+                                   "1", "--users-per-round", "50"])  # no terminal: rich's 80 columns
+    assert res.exit_code == 0, res.output
+    header = res.stdout.splitlines()[0]
+    assert header.startswith("plaintext (cuckoo) | synthetic-mini") and len(header) > 80
+    assert "120 users, 300 items | m'=50" in header and header.endswith("3 rounds")
