@@ -19,17 +19,22 @@ USER_HELP = ("The user's id as in the dataset (e.g. 196 for MovieLens, user0 in 
 INDEX_HELP = "The user's internal index (0-based, the dataset's contiguous ids; docs/data.md) instead of --user."
 
 
-def pick_user(user: str | None, index: int | None, lookup: Callable[[str], int]) -> int:
-    """The user's index from ``--user`` (a raw id, resolved by ``lookup``) or ``--index``.
+def pick_user(user: str | None, index: int | None, lookup: Callable[[str], int], num_users: int) -> int:
+    """The user's index from ``--user`` (a raw id, resolved by ``lookup``) or ``--index`` (in
+    ``[0, num_users)``).
 
     Raises
     ------
     InvalidParameters
-        Neither or both given, or ``lookup``'s error for an unknown id.
+        Neither or both given, ``lookup``'s error for an unknown id, or an ``--index`` out of range
+        (named as the option, with the model's range).
     """
     if user is not None and index is None:
         return lookup(user)
     if user is None and index is not None:
+        if not 0 <= index < num_users:
+            raise InvalidParameters(f"--index must be in [0, {num_users - 1}] (the model's {num_users} users), "
+                                    f"got {index}")
         return index
     raise InvalidParameters("give --user (the user's id in the dataset) or --index (its internal index), one of the "
                             "two")

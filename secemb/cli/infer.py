@@ -242,7 +242,7 @@ def _local(model_dir: Path, who: tuple[str | None, int | None], denoiser: Path |
     if who == (None, None):
         raise InvalidParameters("--model-dir needs --user (or --index)")
     trained = TrainedModel.load(model_dir)
-    user = pick_user(*who, trained.user_index)
+    user = pick_user(*who, trained.user_index, trained.num_users)
     trained.user_store.state(user)  # validates the user
     den = None
     if denoiser is not None:

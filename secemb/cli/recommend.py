@@ -41,7 +41,7 @@ def register(app: typer.Typer) -> None:
 
         try:
             trained = TrainedModel.load(model_dir)
-            rec = trained.recommend(pick_user(user, index, trained.user_index), k)
+            rec = trained.recommend(pick_user(user, index, trained.user_index, trained.num_users), k)
         except (InvalidParameters, InvalidMessage) as exc:
             fail(exc)
         items = rec.items.tolist()

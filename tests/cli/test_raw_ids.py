@@ -79,7 +79,12 @@ def test_index_form_and_user_form_agree(saved: Path) -> None:
 def test_unknown_user_id_or_both_forms_exit_2(saved: Path) -> None:
     assert_usage_error(run_cli("recommend", "--model-dir", str(saved), "--user", "nobody"), "unknown user id 'nobody'")
     assert_usage_error(run_cli("recommend", "--model-dir", str(saved), "--user", "0"), "unknown user id '0'")
-    assert_usage_error(run_cli("recommend", "--model-dir", str(saved), "--index", "12"), "user must be an int in [0, 11], got 12")
+    assert_usage_error(run_cli("recommend", "--model-dir", str(saved), "--index", "12"),
+                       "--index must be in [0, 11] (the model's 12 users), got 12")
+    # session 39 (helper U's finding): the option is named, as infer names it too
+    assert_usage_error(run_cli("recommend", "--model-dir", str(saved), "--index", "-1"), "--index must be in [0, 11]")
+    assert_usage_error(run_cli("infer", "--model-dir", str(saved), "--index", "12", "--items", "Heat"),
+                       "--index must be in [0, 11] (the model's 12 users), got 12")
     assert_usage_error(run_cli("recommend", "--model-dir", str(saved), "--user", "user0", "--index", "0"),
                        "one of the two")
     assert_usage_error(run_cli("recommend", "--model-dir", str(saved)), "one of the two")
