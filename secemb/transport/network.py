@@ -230,7 +230,9 @@ class ApiClient:
             if self.max_answer_bytes is not None:
                 resp = self._capped(resp, self.max_answer_bytes, seconds, f"{method} {self.base_url}{path}")
         except httpx.TransportError as exc:
-            raise Unreachable(f"{method} {self.base_url}{path}: {type(exc).__name__}: {exc}") from None
+            refused = isinstance(exc, httpx.ConnectError) and "refused" in str(exc).lower()
+            hint = f" (nothing listens at {self.base_url}: is that server running?)" if refused else ""
+            raise Unreachable(f"{method} {self.base_url}{path}: {type(exc).__name__}: {exc}{hint}") from None
         except httpx.DecodingError as exc:  # not a TransportError: the server answered, with a body that is not
             raise InvalidMessage(f"{method} {self.base_url}{path}: the answer does not decode ({exc})") from None
         with self._lock:
