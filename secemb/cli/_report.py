@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+import sys
 from typing import Any
 
 from rich.console import Console
@@ -12,6 +13,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 #: The progress bar's status until the first round ends, which may compile the kernels.
 FIRST_ROUND = "round 1: the first run after an install compiles the kernels first (about a minute, once)"
+
+
+def warn_noiseless(protocol: str, dp_epsilon: float) -> None:
+    """Warn on stderr where a run of DP-FedRec has no ``--dp-epsilon``: its devices then add no noise, and
+    the run trains plaintext's model with none of its privacy (``secemb train`` and ``secemb demo``)."""
+    if protocol == "dp-fedrec" and dp_epsilon == float("inf"):  # its noise comes from --dp-epsilon only
+        print("warning: --protocol dp-fedrec without --dp-epsilon: the devices add no noise, so the run has none "
+              "of DP-FedRec's privacy (docs/baselines.md); give --dp-epsilon E", file=sys.stderr)
 
 
 def describe(cfg: dict[str, Any], prefix: str = "") -> str:

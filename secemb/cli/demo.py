@@ -76,7 +76,7 @@ def register(app: typer.Typer) -> None:
         from rich.table import Table
 
         from secemb.cli._exchange import exchange_protocol, refuse_exchange_options
-        from secemb.cli._report import training_display, write_json
+        from secemb.cli._report import training_display, warn_noiseless, write_json
         from secemb.cli._usage import check_output, fail
         from secemb.sim.driver import RoundAborted
         from secemb.protocols import protocol_servers
@@ -106,6 +106,7 @@ def register(app: typer.Typer) -> None:
                 _check_networked(protocol)
         except InvalidParameters as exc:
             fail(exc)
+        warn_noiseless(exp.protocol, exp.dp_epsilon)
         progress, on_start, on_round, on_epoch = training_display(
             console, quiet, prefix="network | " if network else "in-process | "
         )

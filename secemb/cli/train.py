@@ -83,7 +83,7 @@ def register(app: typer.Typer) -> None:
         from rich.table import Table
 
         from secemb.cli._exchange import exchange_protocol, refuse_exchange_options
-        from secemb.cli._report import save_model_dir, training_display, write_json
+        from secemb.cli._report import save_model_dir, training_display, warn_noiseless, write_json
         from secemb.cli._usage import check_output, fail
         from secemb.data import DataFormatError, DatasetNotFoundError, check_dataset
         from secemb.errors import InvalidParameters
@@ -118,9 +118,7 @@ def register(app: typer.Typer) -> None:
             exp = Experiment.from_options(run_options(ctx))
         except InvalidParameters as exc:
             fail(exc)
-        if exp.protocol == "dp-fedrec" and exp.dp_epsilon == float("inf"):  # its noise comes from --dp-epsilon only
-            typer.echo("warning: --protocol dp-fedrec without --dp-epsilon: the devices add no noise, so the run "
-                       "has none of DP-FedRec's privacy (docs/baselines.md); give --dp-epsilon E", err=True)
+        warn_noiseless(exp.protocol, exp.dp_epsilon)
         progress, on_start, on_round, on_epoch = training_display(console, quiet)
 
         try:

@@ -157,3 +157,7 @@ def test_dp_fedrec_without_an_epsilon_warns_that_it_adds_no_noise() -> None:
     assert "error: rating file /nonexistent/ratings.csv not found" in res.stderr, res.stderr
     res = _run("train", "-q", "--protocol", "dp-fedrec", "--dp-epsilon", "1", "--dataset", "/nonexistent/ratings.csv")
     assert res.exit_code == 2 and "warning" not in res.stderr, res.stderr
+    # and secemb demo alike (session 39, lead; helper U's finding: only train warned)
+    res = _run("demo", "-q", "--protocol", "dp-fedrec", "--dataset", "/nonexistent/ratings.csv")
+    assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+    assert res.stderr.startswith("warning: --protocol dp-fedrec without --dp-epsilon: the devices add no noise")
