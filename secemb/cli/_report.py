@@ -3,9 +3,9 @@ over rounds, one line per epoch, the run's header line, and the JSON result file
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from pathlib import Path
-import sys
 from typing import Any
 
 from rich.console import Console
