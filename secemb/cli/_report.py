@@ -3,11 +3,11 @@ over rounds, one line per epoch, the run's header line, and the JSON result file
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -19,8 +19,8 @@ def warn_noiseless(protocol: str, dp_epsilon: float) -> None:
     """Warn on stderr where a run of DP-FedRec has no ``--dp-epsilon``: its devices then add no noise, and
     the run trains plaintext's model with none of its privacy (``secemb train`` and ``secemb demo``)."""
     if protocol == "dp-fedrec" and dp_epsilon == float("inf"):  # its noise comes from --dp-epsilon only
-        print("warning: --protocol dp-fedrec without --dp-epsilon: the devices add no noise, so the run has none "
-              "of DP-FedRec's privacy (docs/baselines.md); give --dp-epsilon E", file=sys.stderr)
+        typer.echo("warning: --protocol dp-fedrec without --dp-epsilon: the devices add no noise, so the run has "
+                   "none of DP-FedRec's privacy (docs/baselines.md); give --dp-epsilon E", err=True)
 
 
 def describe(cfg: dict[str, Any], prefix: str = "") -> str:

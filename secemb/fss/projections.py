@@ -423,7 +423,7 @@ def project_own_affine(seeds: Sequence[bytes] | np.ndarray, negate: bool, parts:
     kernels, or where no kernel would run (no rows, or a first part of no length, ``L = 0``, so none would
     refuse the others; finding S39-R1), this is :func:`project_affine`, checks included.  The same elements as
     :func:`project_affine` (``tests/fss/test_s39_own_inputs.py``)."""
-    if not kernels.compiled() or not parts or rows == 0 or not parts[0][0].size + parts[0][3].size:
+    if not kernels.compiled() or not parts or rows == 0 or (parts[0][0].size + parts[0][3].size) == 0:
         return project_affine(seeds, negate, parts, rows)  # no kernel would read (and refuse) the parts: checked here
     base, _, _, tail = parts[0]
     return _project_affine(seeds, negate, parts, rows, base.dtype, base.size + tail.size)

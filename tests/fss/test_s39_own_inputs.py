@@ -113,3 +113,17 @@ def test_part_rows_are_the_parts_and_verify_as_them() -> None:
     for bad in (rows[:2], rows.astype(np.int16), rows[:, :16]):
         with pytest.raises(InvalidParameters, match="parts"):
             R.prepare_verifier(params, 0, shares, contexts, query, parts=bad)
+
+
+@pytest.mark.parametrize("case", ["no rows", "empty first part"])
+def test_own_affine_checks_every_part_where_no_kernel_would_read_them(case: str) -> None:
+    """Where no kernel runs -- no rows, or a first part of no length (S39-R1) -- nothing would refuse a later
+    part of another length: the parts go to :func:`project_affine`, which checks them all (session 39, lead)."""
+    parts = _parts(np.random.default_rng(11), 3, np.uint32)
+    base, count, words, tail = parts[2]
+    parts[2] = (base, count, words[:-1], tail)
+    if case == "empty first part":
+        parts[0] = (np.zeros((0, 5), np.uint32), np.zeros(0, np.int64), np.zeros((0, 5), np.uint32),
+                    np.zeros(0, np.uint32))
+    with pytest.raises(InvalidParameters, match="part"):
+        project_own_affine([bytes(16)] * 3, False, parts, 0 if case == "no rows" else 40)

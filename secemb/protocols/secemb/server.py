@@ -194,6 +194,12 @@ def sift(items: list[tuple[int, _M]], out: list[_T | SecembError],
     return users, where, kept
 
 
+def rows_differ(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per row of uint8 ``a`` and ``b`` (n, k): whether they differ, bool (n,); every byte of every row
+    read, no early exit (a secret-dependent comparison's time says nothing of where it differs)."""
+    return np.bitwise_or.reduce(a ^ b, axis=1) != 0
+
+
 def stacked(bodies: list[memoryview], rows: np.ndarray) -> np.ndarray:
     """``rows`` (uint8 (len(bodies), size)) with row ``j`` set to ``bodies[j]`` (``size``
     bytes each): copied row by row (numpy copies without the GIL; one join would hold it)."""
@@ -1041,8 +1047,7 @@ class SecEmbServer(ServerRole):
         sigmas = bytes_rows([s if len(s) == SIGMA_BYTES else bytes(SIGMA_BYTES) for s in sent], SIGMA_BYTES)
         taus = bytes_rows([t if len(t) == BIND_BYTES else bytes(BIND_BYTES) for t in told], BIND_BYTES)
         # bound: a sigma and a tau sent, and the tau this server's binding (every byte compared, no early exit)
-        differ = np.bitwise_or.reduce(taus ^ binding_rows(cfg.round_id, seeds, sigmas), axis=1)
-        bound = np.array(has, bool) & (differ == 0)
+        bound = np.array(has, bool) & ~rows_differ(taus, binding_rows(cfg.round_id, seeds, sigmas))
         params = sketch_params(cfg)
         messages = sketchproof.verifier_messages(params, x, sketchproof.server1_shares(params, sigmas), seeds, queries)
         return sketchproof.encode_verifier_messages(params, messages, ~bound)
@@ -1326,12 +1331,10 @@ class SecEmbServer(ServerRole):
         own = rangeproof.seed_part_rows(contexts, sigmas)
         # unbound: the part_1 server 0 forwarded is not this server's, or (full layout) the named challenge is not
         # this server's c_u; each compared whole, every byte (no early exit), as the rows of the request's table
-        unbound = np.bitwise_or.reduce(own ^ table[:, hint_at + rangeproof.PART_BYTES :], axis=1) != 0
-        derived = [self._absorbed[u].challenge for u in users]  # the full layout's c_u; else None
-        if any(d is not None for d in derived):
-            kept = bytes_rows([c if d is None else d for c, d in zip(challenges, derived, strict=True)],
-                              CHALLENGE_BYTES)
-            unbound |= np.bitwise_or.reduce(table[:, 8:hint_at] ^ kept, axis=1) != 0
+        unbound = rows_differ(own, table[:, hint_at + rangeproof.PART_BYTES :])
+        if cfg.layout == "full":  # every absorbed user holds its derived c_u there (as challenge() serves it)
+            derived = [cast("bytes", self._absorbed[u].challenge) for u in users]
+            unbound |= rows_differ(table[:, 8:hint_at], bytes_rows(derived, CHALLENGE_BYTES))
         v1 = self._verifier_messages(params, shares, users, challenges, contexts, query, parts=own)  # the last step
         v1[unbound, : params.opened_length] = 0
         self._answered.update(users)
