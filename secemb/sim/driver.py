@@ -64,6 +64,7 @@ from secemb.round.results import EpochStats, RoundStats, TrainConfig, TrainResul
 from secemb.round.selection import EpochSelection
 from secemb.round.update import apply_aggregate
 from secemb.sim.admin import RoundAborted, await_round, check_info, close_round, fetch_model, retry
+from secemb.sim.collector import sparing_the_setup_heap
 from secemb.sim.devices import Device, DevicePhase, RoundDevices
 from secemb.sim.settings import DeviceRandomness, dp_plan_of, public_init_seed, rating_range_of
 from secemb.sim.spec import AfterRound, BeforeRound, Behavior, Hooks, RoundPolicy, RunSpec
@@ -152,7 +153,8 @@ def run(
     extra_config: dict[str, Any] | None = None,
 ) -> TrainResult:
     """Train ``model`` with ``protocol`` against ``servers``; the run's :class:`TrainResult`
-    (:class:`TrainingRun` with its options grouped).
+    (:class:`TrainingRun` with its options grouped).  The garbage collections during the run
+    skip the objects that existed before it (:func:`secemb.sim.collector.sparing_the_setup_heap`).
 
     Parameters
     ----------
@@ -193,7 +195,8 @@ def run(
     spec = RunSpec(model, protocol, train_data, test_data, config, device_randomness, val_data, extra_config)
     policy = RoundPolicy(deadline_s, close_when_done, max_attempts, behavior)
     hooks = Hooks(before_round, after_round, on_start, on_round, on_epoch)
-    return TrainingRun(servers, spec, policy, hooks, wall0=wall0).train()
+    with sparing_the_setup_heap():  # the run's collections skip the data, model and kernels made before it
+        return TrainingRun(servers, spec, policy, hooks, wall0=wall0).train()
 
 
 class TrainingRun:
