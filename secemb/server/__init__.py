@@ -12,6 +12,7 @@ from __future__ import annotations
 from secemb.server.config import ServerConfig, load_config
 from secemb.server.node import make_node
 from secemb.server.persist import hold_state_dir
+from secemb.collector import sparing_the_setup_heap
 
 __all__ = ["ServerConfig", "load_config", "serve"]
 
@@ -21,7 +22,8 @@ def serve(cfg: ServerConfig, *, log_level: str = "warning") -> None:
     loopback with ``insecure_http``.
 
     The server holds ``cfg.state_dir`` while it runs (:func:`~secemb.server.persist.hold_state_dir`,
-    taken once the address is bound, before the state is read).
+    taken once the address is bound, before the state is read).  Its garbage collections skip
+    what it loaded before serving (:func:`secemb.collector.sparing_the_setup_heap`).
 
     Raises
     ------
@@ -45,7 +47,8 @@ def serve(cfg: ServerConfig, *, log_level: str = "warning") -> None:
             node = make_node(cfg)
             app = create_app(node)
             try:
-                listener.run(app, cfg, log_level=log_level, sock=sock)
+                with sparing_the_setup_heap():  # the rounds' collections skip the modules, kernels and state loaded
+                    listener.run(app, cfg, log_level=log_level, sock=sock)
             finally:
                 node.stop()
     finally:

@@ -64,7 +64,7 @@ from secemb.round.results import EpochStats, RoundStats, TrainConfig, TrainResul
 from secemb.round.selection import EpochSelection
 from secemb.round.update import apply_aggregate
 from secemb.sim.admin import RoundAborted, await_round, check_info, close_round, fetch_model, retry
-from secemb.sim.collector import sparing_the_setup_heap
+from secemb.collector import sparing_the_setup_heap
 from secemb.sim.devices import Device, DevicePhase, RoundDevices
 from secemb.sim.settings import DeviceRandomness, dp_plan_of, public_init_seed, rating_range_of
 from secemb.sim.spec import AfterRound, BeforeRound, Behavior, Hooks, RoundPolicy, RunSpec
@@ -154,7 +154,7 @@ def run(
 ) -> TrainResult:
     """Train ``model`` with ``protocol`` against ``servers``; the run's :class:`TrainResult`
     (:class:`TrainingRun` with its options grouped).  The garbage collections during the run
-    skip the objects that existed before it (:func:`secemb.sim.collector.sparing_the_setup_heap`).
+    skip the objects that existed before it (:func:`secemb.collector.sparing_the_setup_heap`).
 
     Parameters
     ----------
