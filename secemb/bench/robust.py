@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from secemb.collector import sparing_the_setup_heap
 from secemb.protocols.backends import Backend, ThreadBackend
 from secemb.protocols.placement import place
 from secemb.protocols.secemb import SecEmbProtocol, SecEmbRelayServer, SecEmbServer
@@ -202,7 +203,8 @@ def measure(users: int, repeats: int, seed: int = 0, size: str = "ml100k",
     keeping_round_heap()  # as a server process does (secemb serve)
     backend = None if workers is None else ThreadBackend(workers)
     try:
-        return _measure(users, repeats, seed, size, layouts, bound, backend, roles)
+        with sparing_the_setup_heap():  # as secemb serve's rounds run (secemb.server.serve)
+            return _measure(users, repeats, seed, size, layouts, bound, backend, roles)
     finally:
         if backend is not None:
             backend.close()
