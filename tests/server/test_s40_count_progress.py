@@ -25,6 +25,13 @@ pytest.importorskip("uvicorn")
 from _server_template import popen_secemb  # noqa: E402
 
 from secemb.client.device import DeviceClient  # noqa: E402
+from secemb.data import synthetic_like  # noqa: E402
+from secemb.models import MatrixFactorization  # noqa: E402
+from secemb.protocols import get_protocol  # noqa: E402
+from secemb.server.errors import Conflict  # noqa: E402
+from secemb.sim.local import InProcessServers  # noqa: E402
+from secemb.sim.settings import cluster_settings  # noqa: E402
+from secemb.training import TrainConfig  # noqa: E402
 from secemb.round import messages  # noqa: E402
 from secemb.sharing import share  # noqa: E402
 from secemb.sim.cluster import LocalCluster  # noqa: E402
@@ -164,3 +171,26 @@ def test_the_progress_routes_refuse_strangers_and_a_closed_phase_with_4xx() -> N
         assert _get(cluster, 1, "/v1/peer/count/users", "server0", peer).status_code == 409
         for p in (0, 1):
             assert cluster.alive(p)
+
+
+def test_in_process_the_progress_counts_a_user_at_both_only_once_both_servers_hold_its_share() -> None:
+    # the same leader code through the in-process links (the simulations' LocalAdminLink and LocalPeer)
+    model, protocol = MatrixFactorization(dim=4, reg=0.01), get_protocol("secemb", layout="cuckoo", relay=True)
+    settings = cluster_settings(model, protocol, synthetic_like(4, 20, 40, seed=1),
+                                TrainConfig(epochs=1, users_per_round=4), min_users=2)
+    servers = InProcessServers(settings, protocol, model)
+    try:
+        links = servers.servers()
+        with pytest.raises(Conflict, match="the count phase is not open"):
+            links.admin[0].count_progress()
+        links.admin[0].count_open([0, 1, 2])
+        assert links.admin[0].count_progress() == {"state": "open", "expected": 3, "server0": 0, "server1": 0,
+                                                   "both": 0}
+        links.device(0).send_count(3, 32)
+        links.device(1).links[1].count(messages.encode_count(share(np.array([3], np.uint32))[1], 32, 1))
+        assert links.admin[0].count_progress() == {"state": "open", "expected": 3, "server0": 1, "server1": 2,
+                                                   "both": 1}
+        links.device(2).send_count(5, 32)
+        assert links.admin[0].count_progress()["both"] == 2
+    finally:
+        servers.stop()
