@@ -363,24 +363,60 @@ def clear_strikes(
 @admin_app.command("count", short_help="Run the m' phase: collect the devices' count shares, print m'.")
 def count(
     deployment: Annotated[Path, _DEPLOYMENT],
-    wait: Annotated[float, typer.Option(min=0.0, help="Seconds to collect the devices' count shares.")] = 60.0,
-    users: Annotated[str | None, typer.Option(help="Only these users (default: any device).")] = None,
+    wait: Annotated[float, typer.Option(min=0.0, help="Seconds at most to collect the devices' count shares "
+                                        "(the phase closes once every listed user sent its share to both "
+                                        "servers).")] = 60.0,
+    users: Annotated[str | None, typer.Option(help="Only these users (default: every device of the "
+                                              "deployment).")] = None,
 ) -> None:
-    """Run the m' phase (Eq. 11): open it, collect the devices' count shares for --wait
-    seconds ('secemb client --count'), close it; print m' and the mean count."""
+    """Run the m' phase (Eq. 11): open it, collect the devices' count shares ('secemb client
+    --count') until every listed user has sent its share to both servers, or for --wait seconds
+    at most, close it; print m' and the mean count.  The progress (k of n users at each
+    server) goes to stderr; stdout holds the one JSON document."""
     from secemb.transport.http import HttpAdminLink
 
     def run(d: Any) -> Any:
         link = HttpAdminLink(0, d.admin(0))
         ids = _users(users) if users is not None else list(range(d.config(0).num_users))
         link.count_open(ids)
-        if wait > 0:  # stdout keeps the one JSON document
-            typer.echo(f"count phase open: collecting the devices' count shares for {wait:g} s "
-                       "('secemb client --count'), then closing it", err=True)
-        time.sleep(wait)  # the devices send their shares meanwhile
+        if wait > 0:
+            typer.echo(f"count phase open: collecting the devices' count shares for {wait:g} s at most "
+                       f"('secemb client --count'), closing it once all {len(ids)} users have sent theirs to both "
+                       "servers", err=True)
+            _await_count_shares(link, len(ids), time.monotonic() + wait)
         return link.count_close()
 
     _operate(deployment, run)
+
+
+#: seconds between two asks of server 0 for the count phase's progress
+_COUNT_POLL_S = 0.5
+
+
+def _await_count_shares(link: Any, expected: int, deadline: float) -> None:
+    """Return once ``expected`` users have sent their count share to both servers (server 0's
+    ``count_progress``, asked every :data:`_COUNT_POLL_S` seconds) or at ``deadline``
+    (``time.monotonic()``), whichever comes first.  Each new progress, and each new failure to
+    read it (asked again next time: only the progress read can end the wait early), is one
+    stderr line."""
+    from secemb.errors import InvalidMessage
+    from secemb.transport.errors import RemoteError, Unreachable
+
+    said = ""
+    while time.monotonic() < deadline:
+        try:
+            p = link.count_progress()
+            line = (f"count shares: {p['server0']} of {expected} users at server 0, {p['server1']} of {expected} at "
+                    f"server 1, {p['both']} at both")
+            done = p["both"] >= expected
+        except (RemoteError, Unreachable, InvalidMessage) as exc:
+            line, done = f"count progress unknown: {exc}", False
+        if line != said:
+            typer.echo(line, err=True)
+            said = line
+        if done:
+            return
+        time.sleep(max(0.0, min(_COUNT_POLL_S, deadline - time.monotonic())))
 
 
 @admin_app.command("open-round")

@@ -86,16 +86,16 @@ def register(app: typer.Typer) -> None:
 
 def _fss_cuda(as_json: bool, quick: bool) -> None:
     """``secemb bench fss --device cuda``: the GPU kernels next to that GPU's raw AES rate."""
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
     from secemb.bench import gpu as bench_gpu
+    from secemb.cli._console import console
     from secemb.cli._usage import fail
     from secemb.errors import InvalidParameters
 
     try:
-        with Console(stderr=True).status("measuring on the GPU"):
+        with console(stderr=True).status("measuring on the GPU"):
             result = bench_gpu.run(quick=quick)
     except InvalidParameters as exc:
         fail(exc)
@@ -185,9 +185,8 @@ def _register_server(bench_app: typer.Typer) -> None:
         """Server computation per round: full-domain against cuckoo layout."""
         import os
 
-        from rich.console import Console
-
         from secemb.bench import server as bench_server
+        from secemb.cli._console import console
         from secemb.cli._usage import fail
         from secemb.cli.bench_output import check_folder, print_table, save_json, steps_bar
         from secemb.errors import InvalidParameters
@@ -218,8 +217,8 @@ def _register_server(bench_app: typer.Typer) -> None:
             from secemb.bench import gpu as bench_gpu
 
             for label, value, share in bench_gpu.table_rows(result["gpu"]):
-                Console().print(f"{label}: {value}" + (f" ({share} of the GPU's AES rate)" if share else ""))
-        Console().print(f"plot: {os.path.join(out, 'server_vs_m.png')}")
+                console().print(f"{label}: {value}" + (f" ({share} of the GPU's AES rate)" if share else ""))
+        console().print(f"plot: {os.path.join(out, 'server_vs_m.png')}")
 
     @bench_app.command("network")
     def network(

@@ -69,11 +69,11 @@ def register(bench_app: typer.Typer) -> None:
     ) -> None:
         """Table 3: test RMSE of the non-private recommender, naive LDP (Eq. 7) and GREC's
         post-processing LDP (Eq. 16) at (epsilon, delta), per model."""
-        from rich.console import Console
         from rich.markup import escape
         from rich.table import Table
 
         from secemb.bench import grec as bench_grec
+        from secemb.cli._console import console as make_console
         from secemb.cli._usage import fail
         from secemb.cli.bench_output import check_outputs, save_json, steps_bar
         from secemb.data import DataFormatError, DatasetNotFoundError
@@ -95,7 +95,7 @@ def register(bench_app: typer.Typer) -> None:
         if not 0.0 <= valid_fraction < 1.0 or early_stop < 0 or (early_stop and not valid_fraction):
             fail(f"need 0 <= --valid-fraction < 1 and --early-stop >= 0, and early stopping needs validation data: got "
                  f"--valid-fraction {valid_fraction}, --early-stop {early_stop} (--early-stop 0 turns it off)")
-        console = Console(stderr=True)
+        console = make_console(stderr=True)
         if rank_saved is not None:
             from secemb.errors import InvalidMessage
 

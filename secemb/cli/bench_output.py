@@ -29,6 +29,7 @@ from rich.table import Table
 from rich.text import Text
 
 from secemb.bench.progress import Steps
+from secemb.cli._console import console as make_console
 from secemb.cli._usage import fail
 from secemb.outputs import NonFiniteValue, OutputRefused, atomic_write_text, check_output, dumps_strict
 
@@ -82,7 +83,7 @@ def fit_tables(title: str, columns: Sequence[tuple[str, str]], rows: Sequence[Se
 def print_table(title: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[str]],
                 console: Console | None = None) -> None:
     """Print :func:`fit_tables` of ``rows`` at the width of ``console`` (default: stdout's)."""
-    console = console or Console()
+    console = console or make_console()
     for table in fit_tables(title, columns, rows, console.width):
         console.print(table)
 
@@ -106,7 +107,7 @@ def steps_bar(quiet: bool = False, description: str = "measuring",
     reports its steps to.  Lines printed on the same ``console`` meanwhile appear above it."""
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
-                        console=console or Console(stderr=True), disable=quiet, transient=True)
+                        console=console or make_console(stderr=True), disable=quiet, transient=True)
     with progress:
         task = progress.add_task(description, total=None)
 
@@ -164,7 +165,7 @@ def report_goals(command: str, measure: Callable[[Callable[[str], None]], dict[s
     its load average before and after, ending with ``machine_note(result)``."""
     from secemb.errors import SecembError
 
-    console = Console(stderr=True)
+    console = make_console(stderr=True)
     try:
         with console.status("measuring") as status:
             result = measure(lambda step: status.update(step))

@@ -25,11 +25,11 @@ def register(bench_app: typer.Typer) -> None:
     ) -> None:
         """PSU over Bonawitz secure aggregation: per-client bytes (len() of the messages) and
         seconds of each party for n clients, and the server's seconds against the dropout ratio."""
-        from rich.console import Console
         from rich.markup import escape
         from rich.table import Table
 
         from secemb.bench import secagg as bench_secagg
+        from secemb.cli._console import console
         from secemb.cli._usage import fail
         from secemb.cli.bench_output import check_outputs, save_json, steps_bar
         from secemb.errors import InvalidParameters
@@ -62,7 +62,7 @@ def register(bench_app: typer.Typer) -> None:
             drop.add_column(col, justify="right")
         for r in result["dropout"]:
             drop.add_row(str(r["n"]), f"{r['dropout']:.0%}", f"{r['server_s']:.2f}", f"{r['server_unmask_s']:.2f}")
-        out_console = Console()
+        out_console = console()
         print_fitted(table, out_console)
         print_fitted(drop, out_console)
         out_console.print(escape(f"machine: {result['machine']}, {result['cpus']} CPUs, load average "

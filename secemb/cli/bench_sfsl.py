@@ -269,11 +269,12 @@ def _click_data(name: str, seed: int) -> tuple[Any, Any]:
 
 
 def _print(result: dict[str, Any], out: Path) -> None:
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    con = Console()
+    from secemb.cli._console import console
+
+    con = console()
     if "table5" in result:
         t5 = result["table5"]
         table = Table(title=f"Table V (n = {t5['n']}, union {t5['union']:,}, single-owner share "

@@ -72,9 +72,9 @@ def register(app: typer.Typer) -> None:
         Communication figures are the protocol message bytes the devices sent and received
         (HTTP headers excluded).
         """
-        from rich.console import Console
         from rich.table import Table
 
+        from secemb.cli._console import console as make_console
         from secemb.cli._exchange import exchange_protocol, refuse_exchange_options
         from secemb.cli._report import training_display, warn_noiseless, write_json
         from secemb.cli._usage import check_output, fail
@@ -99,7 +99,7 @@ def register(app: typer.Typer) -> None:
             _demo_exchange(exchange_protocol(ctx, protocol, _OUTPUT), network, concurrency, json_out, quiet)
             return
         refuse_exchange_options(ctx, protocol, {f.name for f in fields(Experiment)} | set(_OUTPUT) | _TWO_SERVER)
-        console = Console()
+        console = make_console()
         try:
             exp = Experiment.from_options(run_options(ctx))
             if network:
@@ -156,9 +156,9 @@ def register(app: typer.Typer) -> None:
 def _demo_exchange(protocol: Any, network: bool, concurrency: int, json_out: Path | None, quiet: bool) -> None:
     """``secemb demo --protocol P`` for a one-server P: its server behind HTTPS on 127.0.0.1
     (``--network``) or in process."""
-    from rich.console import Console
     from rich.table import Table
 
+    from secemb.cli._console import console as make_console
     from secemb.cli._exchange import summary_rows
     from secemb.cli._report import training_display, write_json
     from secemb.cli._usage import fail
@@ -168,7 +168,7 @@ def _demo_exchange(protocol: Any, network: bool, concurrency: int, json_out: Pat
     from secemb.sim.exchange import train_networked
     from secemb.transport.errors import RemoteError, Unreachable
 
-    console = Console()
+    console = make_console()
     progress, on_start, on_round, on_epoch = training_display(
         console, quiet, prefix="network | " if network else "in-process | ")
     try:

@@ -61,8 +61,7 @@ def register(app: typer.Typer) -> None:
         One server (--config DIR/exchange.json of 'secemb admin init --protocol P'): TLS always,
         no peer, its state in DIR/state (docs/deployment.md, 'One server').
         """
-        from rich.console import Console
-
+        from secemb.cli._console import console as make_console
         from secemb.cli._usage import fail
         from secemb.errors import InvalidParameters
         from secemb.server import load_config
@@ -73,7 +72,7 @@ def register(app: typer.Typer) -> None:
         from secemb.sim.allocator import keeping_round_heap
 
         keeping_round_heap()  # each round reuses the heap pages the last one freed (docs/results.md, "Session 25")
-        console = Console(stderr=True)
+        console = make_console(stderr=True)
         if config is not None and exchange_config_path(config) is not None:
             if (party is not None or peer_url is not None or state_dir is not None or insecure_http
                     or backend is not None or workers is not None):

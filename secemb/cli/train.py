@@ -79,8 +79,9 @@ def register(app: typer.Typer) -> None:
         Communication is the length of the bytes that crossed the in-process transport;
         1 MB = 10^6 bytes.
         """
-        from rich.console import Console
         from rich.table import Table
+
+        from secemb.cli._console import console as make_console
 
         from secemb.cli._exchange import exchange_protocol, refuse_exchange_options
         from secemb.cli._report import save_model_dir, training_display, warn_noiseless, write_json
@@ -113,7 +114,7 @@ def register(app: typer.Typer) -> None:
             _train_exchange(exchange_protocol(ctx, protocol, _OUTPUT), json_out, quiet)
             return
         refuse_exchange_options(ctx, protocol, {f.name for f in fields(Experiment)} | set(_OUTPUT) | _TWO_SERVER)
-        console = Console()
+        console = make_console()
         try:
             exp = Experiment.from_options(run_options(ctx))
         except InvalidParameters as exc:
@@ -201,9 +202,9 @@ class _WithAdversary:
 
 def _train_exchange(protocol: Any, json_out: Path | None, quiet: bool) -> None:
     """``secemb train --protocol P`` for a one-server P: its rounds through the engine in process."""
-    from rich.console import Console
     from rich.table import Table
 
+    from secemb.cli._console import console as make_console
     from secemb.cli._exchange import summary_rows
     from secemb.cli._report import training_display, write_json
     from secemb.cli._usage import fail
@@ -211,7 +212,7 @@ def _train_exchange(protocol: Any, json_out: Path | None, quiet: bool) -> None:
     from secemb.sim.player import train_exchange
     from secemb.errors import InvalidParameters
 
-    console = Console()
+    console = make_console()
     progress, on_start, on_round, on_epoch = training_display(console, quiet)
     try:
         with progress:

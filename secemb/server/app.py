@@ -302,6 +302,12 @@ def create_app(node: Node) -> FastAPI:
         await authed(request, (ADMIN,), _limit_json(node))
         return JSONResponse(await call(leader("closing the count phase").count_close))
 
+    @app.get("/v1/admin/count", tags=["admin"], summary="Server 0, while the count phase is open: how many users "
+             "sent their count share to each server and to both", **common)
+    async def admin_count_progress(request: Request) -> JSONResponse:
+        await authed(request, (ADMIN,), 0)
+        return JSONResponse(await call(leader("the count phase's progress").count_progress))
+
     @app.post("/v1/admin/rounds", tags=["admin"], summary="Server 0: open the next round", responses=_ERRORS,
               openapi_extra=_json_body({"type": "object", "properties": {
                   "participants": _IDS, "n_p": {"type": "integer"}, "deadline_s": {"type": "number"},
@@ -332,6 +338,12 @@ def create_app(node: Node) -> FastAPI:
         _, body = await authed(request, (PEER,), _limit_json(node))
         doc = json_object(body, _limit_json(node))
         return JSONResponse(await call(follower("the peer count phase").peer_count_open, doc.get("users")))
+
+    @app.get("/v1/peer/count/users", tags=["peer"],
+             summary="While the count phase is open: the users whose count share server 1 holds", **common)
+    async def peer_count_users(request: Request) -> JSONResponse:
+        await authed(request, (PEER,), 0)
+        return JSONResponse({"users": await call(follower("the peer count phase").peer_count_users)})
 
     @app.post("/v1/peer/count/close", tags=["peer"], summary="Freeze the count phase; the users it holds", **common)
     async def peer_count_close(request: Request) -> JSONResponse:

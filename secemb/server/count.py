@@ -50,6 +50,19 @@ class CountPhase:
         with self._lock:
             return {"state": self.state, "users": len(self._shares)}
 
+    def holders(self) -> tuple[list[int], frozenset[int] | None]:
+        """While the phase is open: the sorted users holding a share here, and the users the
+        phase expects (``None``: any) -- its progress, which the phase's close gives anyway.
+
+        Raises
+        ------
+        Conflict: the phase is not open.
+        """
+        with self._lock:
+            if self.state != "open":
+                raise Conflict("the count phase is not open")
+            return sorted(self._shares), self._users
+
     def open(self, users: frozenset[int] | None) -> None:
         """Start (or restart, forgetting every share) the phase for ``users`` (``None``: any)."""
         with self._lock:

@@ -76,6 +76,16 @@ class FollowerNode(FollowerRelay):
         self.count.open(None if users is None else frozenset(user_list(users, "users", self.cfg.num_users)))
         return {"state": "open"}
 
+    def peer_count_users(self) -> list[int]:
+        """While the count phase is open: the sorted users holding a share here (server 0's
+        :meth:`~secemb.server.node.LeaderNode.count_progress`; its close gives the same set).
+
+        Raises
+        ------
+        Conflict: the phase is not open.
+        """
+        return self.count.holders()[0]
+
     def peer_count_close(self) -> list[int]:
         """Freeze the count phase; the users holding a share."""
         return self.count.freeze(from_states=("open", "closed"))

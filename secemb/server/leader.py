@@ -97,6 +97,27 @@ class LeaderNode(LeaderClose):
         self.count.open(ids)
         return {"state": "open"}
 
+    def count_progress(self) -> dict[str, Any]:
+        """While the count phase is open, how far it is: ``{"state": "open", "expected": the
+        number of users it was opened for (``None``: any), "server0", "server1": how many users
+        sent their count share to each server, "both": how many to both}`` -- what the close
+        would include now.  Server 1 reports its users (:meth:`~secemb.server.peer.PeerLink.
+        count_users`), the set its close gives server 0 anyway; a server 1 that misreports
+        them only makes the operator close early or late.
+
+        Raises
+        ------
+        Conflict: the phase is not open here or at server 1.
+        PeerUnavailable: server 1 did not answer.
+        """
+        mine, expected = self.count.holders()
+        try:
+            theirs = set(self.peer.count_users())
+        except PEER_ERRORS as exc:
+            raise peer_failure("server 1 did not report its count phase", exc) from None
+        return {"state": "open", "expected": None if expected is None else len(expected), "server0": len(mine),
+                "server1": len(theirs), "both": len(theirs.intersection(mine))}
+
     def count_close(self) -> dict[str, Any]:
         """Agree on the users with server 1, open the total, fix m' (Eq. 11)."""
         mine = set(self.count.freeze())

@@ -60,6 +60,9 @@ class PeerLink(Protocol):
     def count_open(self, users: list[int] | None) -> None:
         """(Re)start server 1's Eq. 11 count phase for ``users`` (``None``: anyone)."""
 
+    def count_users(self) -> list[int]:
+        """While server 1's count phase is open: the sorted users whose count share it holds."""
+
     def count_close(self) -> list[int]:
         """Freeze server 1's count phase; the sorted users whose count share it holds."""
 
@@ -182,6 +185,9 @@ class HttpPeer:
 
     def count_open(self, users: list[int] | None) -> None:
         _call(lambda: self.api.post_json("/v1/peer/count/open", {"users": users}))
+
+    def count_users(self) -> list[int]:
+        return list(_call(lambda: _fields(self.api.get_json("/v1/peer/count/users"), users=list)["users"]))
 
     def count_close(self) -> list[int]:
         return list(_call(lambda: _fields(self.api.post_json("/v1/peer/count/close"), users=list)["users"]))

@@ -149,6 +149,9 @@ class LocalPeer:
     def count_open(self, users: list[int] | None) -> None:
         _peer(lambda: self.follower.peer_count_open(users))
 
+    def count_users(self) -> list[int]:
+        return _peer(self.follower.peer_count_users)
+
     def count_close(self) -> list[int]:
         return _peer(self.follower.peer_count_close)
 
@@ -301,6 +304,9 @@ class LocalAdminLink:
 
     def count_open(self, users: list[int]) -> dict[str, Any]:
         return self._leader().count_open(users)
+
+    def count_progress(self) -> dict[str, Any]:
+        return self._leader().count_progress()
 
     def count_close(self) -> dict[str, Any]:
         return self._leader().count_close()

@@ -117,6 +117,10 @@ class HttpAdminLink:
         doc: dict[str, Any] = self.api.post_json("/v1/admin/count/open", {"users": users})
         return doc
 
+    def count_progress(self) -> dict[str, Any]:
+        path = "/v1/admin/count"
+        return self._answer(path, self.api.get_json(path), server0=int, server1=int, both=int)
+
     def count_close(self) -> dict[str, Any]:
         path = "/v1/admin/count/close"
         return self._answer(path, self.api.post_json(path), m_prime=int, mean_count=float, users=int)

@@ -150,6 +150,10 @@ class AdminLink(OperatorLink, Protocol):
     def count_open(self, users: list[int]) -> dict[str, Any]:
         """Server 0: start the Eq. 11 count phase for ``users``."""
 
+    def count_progress(self) -> dict[str, Any]:
+        """Server 0, while the count phase is open: ``{"expected", "server0", "server1",
+        "both"}``, how many users sent their count share to each server and to both."""
+
     def count_close(self) -> dict[str, Any]:
         """Server 0: open the mean count; ``{"m_prime", "mean_count", "users"}``."""
 

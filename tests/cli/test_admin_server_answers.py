@@ -8,6 +8,7 @@ object already).  Well-formed answers still print."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import httpx
@@ -23,6 +24,7 @@ from secemb.transport.network import ApiClient
 GOOD: dict[str, Any] = {
     "/v1/admin/status": {"party": 0, "model_version": 3, "model_sha256": None, "round": None},
     "/v1/admin/count/open": {"open": True},
+    "/v1/admin/count": {"state": "open", "expected": 30, "server0": 0, "server1": 0, "both": 0},
     "/v1/admin/count/close": {"m_prime": 5, "mean_count": 4.5, "users": 10},
     "/v1/admin/rounds": {"round_id": 4, "state": "open", "n_p": 10},
 }
@@ -115,3 +117,40 @@ def test_count_says_what_it_waits_for(monkeypatch, deployment) -> None:
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout) == GOOD["/v1/admin/count/close"]
     assert res.stderr.startswith("count phase open: collecting the devices' count shares for 0.01 s"), res.stderr
+
+
+def _count_with_progress(monkeypatch, deployment: str, progress: Any, wait: str) -> Any:
+    """``secemb admin count --wait WAIT`` with server 0 answering ``progress`` to ``GET /v1/admin/count``."""
+    def answer(self: ApiClient, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        doc = progress if path == "/v1/admin/count" else GOOD[path]
+        return httpx.Response(200, content=json.dumps(doc).encode(), headers={"content-type": "application/json"})
+
+    monkeypatch.setattr(ApiClient, "request", answer)
+    return CliRunner().invoke(app, ["admin", "count", "--wait", wait, "--deployment", deployment])
+
+
+def test_count_closes_at_once_when_server_0_reports_every_user_at_both(monkeypatch, deployment) -> None:
+    # session 40, helper U: with all 30 users at both servers the command closes at its first look, not
+    # after its --wait of 20 s (which it used to sit out whatever the devices did)
+    start = time.monotonic()
+    res = _count_with_progress(monkeypatch, deployment, {"state": "open", "expected": 30, "server0": 30,
+                                                         "server1": 30, "both": 30}, "20")
+    assert res.exit_code == 0, res.output
+    assert time.monotonic() - start < 10
+    assert json.loads(res.stdout) == GOOD["/v1/admin/count/close"]
+    assert res.stderr.splitlines()[1:] == ["count shares: 30 of 30 users at server 0, 30 of 30 at server 1, 30 at "
+                                           "both"], res.stderr
+
+
+@pytest.mark.parametrize("progress", [{"server0": 30, "server1": 30}, {"server0": 30, "server1": 30, "both": "30"},
+                                      [], None])
+def test_a_malformed_progress_is_said_and_the_count_waits_its_wait(monkeypatch, deployment, progress) -> None:
+    # a progress answer the command cannot read ends nothing early: one stderr line names server 0, the
+    # phase closes at --wait as before, and stdout is the close's document
+    start = time.monotonic()
+    res = _count_with_progress(monkeypatch, deployment, progress, "1.5")
+    assert res.exit_code == 0, res.output
+    assert time.monotonic() - start >= 1.5
+    assert json.loads(res.stdout) == GOOD["/v1/admin/count/close"]
+    lines = res.stderr.splitlines()
+    assert len(lines) == 2 and lines[1].startswith("count progress unknown: server 0 (https://127.0.0.1:8700"), lines
