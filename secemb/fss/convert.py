@@ -161,8 +161,8 @@ def _apart(dst_at: np.ndarray, nbytes: int, src_lo: np.ndarray, src_hi: np.ndarr
     """Whether every source ``[src_lo[i], src_hi[i])`` shares no byte with any destination
     ``[dst_at[j], dst_at[j] + nbytes)`` but its own, and with its own only as exactly its bytes
     (``src[i]`` is ``dst[i]``, maybe read in another order).  One sort and two binary searches:
-    the destinations a source meets are those starting before it ends less those ending before
-    it starts (every range non-empty)."""
+    the destinations a source meets are those starting before it ends less those ending at or
+    before its start (every range non-empty)."""
     starts = np.sort(dst_at)
     meets = np.searchsorted(starts, src_hi, "left") - np.searchsorted(starts, src_lo - nbytes, "right")
     return bool(np.array_equal(meets, (src_lo == dst_at) & (src_hi == dst_at + nbytes)))
