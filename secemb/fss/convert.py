@@ -131,6 +131,43 @@ def _addresses(arrays: Sequence[np.ndarray] | np.ndarray) -> np.ndarray:
     return np.array([a.ctypes.data for a in arrays], np.int64)
 
 
+def _bounds(a: np.ndarray) -> tuple[int, int]:
+    """The first byte and one past the last byte of a non-empty array's elements, in any layout
+    (numpy's ``byte_bounds``, which numpy 1 and 2 keep in different modules)."""
+    ends = [(n - 1) * s for n, s in zip(a.shape, a.strides, strict=True)]
+    lo = a.ctypes.data + sum(e for e in ends if e < 0)
+    return lo, a.ctypes.data + sum(e for e in ends if e > 0) + a.itemsize
+
+
+def _spans(arrays: Sequence[np.ndarray] | np.ndarray, nbytes: int) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """int64 (N,) twice: the first byte and one past the last byte of each array of a list, or of
+    each row of one array (N, ...) (its first row's bounds plus the rows' stride), in any layout
+    (a C-contiguous array of ``nbytes`` bytes: its address and ``nbytes`` on; the bounds of any
+    other looked up one by one); and the indices of the arrays that are not C-contiguous.  The
+    arrays hold at least one element."""
+    if isinstance(arrays, np.ndarray):
+        lo, hi = _bounds(arrays[0])
+        step = np.arange(len(arrays), dtype=np.int64) * arrays.strides[0]
+        return lo + step, hi + step, [] if arrays[0].flags.c_contiguous else list(range(len(arrays)))
+    first = np.array([a.ctypes.data for a in arrays], np.int64)
+    end = first + nbytes
+    odd = [i for i, a in enumerate(arrays) if not a.flags.c_contiguous]
+    for i in odd:
+        first[i], end[i] = _bounds(arrays[i])
+    return first, end, odd
+
+
+def _apart(dst_at: np.ndarray, nbytes: int, src_lo: np.ndarray, src_hi: np.ndarray) -> bool:
+    """Whether every source ``[src_lo[i], src_hi[i])`` shares no byte with any destination
+    ``[dst_at[j], dst_at[j] + nbytes)`` but its own, and with its own only as exactly its bytes
+    (``src[i]`` is ``dst[i]``, maybe read in another order).  One sort and two binary searches:
+    the destinations a source meets are those starting before it ends less those ending at or
+    before its start (every range non-empty)."""
+    starts = np.sort(dst_at)
+    meets = np.searchsorted(starts, src_hi, "left") - np.searchsorted(starts, src_lo - nbytes, "right")
+    return bool(np.array_equal(meets, (src_lo == dst_at) & (src_hi == dst_at + nbytes)))
+
+
 def convert_add(words: np.ndarray, tag: str, dst: Sequence[np.ndarray] | np.ndarray,
                 src: Sequence[np.ndarray] | np.ndarray | None = None, *,
                 negate: bool = False) -> None:
@@ -148,14 +185,19 @@ def convert_add(words: np.ndarray, tag: str, dst: Sequence[np.ndarray] | np.ndar
         each, any shape), overwritten; none overlapping another's memory.  Or one writeable
         C-contiguous ring array (N, ...) whose rows they are (a batch's: checked once, the rows'
         addresses computed from its own, not one array at a time).
-    src: ``N`` ring arrays of ``dst``'s dtype and ``w`` elements, any layout (``src[i]`` may be
-        ``dst[i]``, not another ``dst``), or one C-contiguous ring array (N, ...) whose rows they
-        are, or ``None``: ``dst`` itself (added into in place).
+    src: ``N`` ring arrays of ``dst``'s dtype and ``w`` elements, any layout, or one ring array
+        (N, ...) whose rows they are, or ``None``: ``dst`` itself (added into in place).  Each
+        ``src[i]`` overlaps no destination, or spans exactly ``dst[i]``'s bytes (``dst[i]``
+        itself, or a view of it in another order: read whole before it is written) and no other.
 
     Raises
     ------
-    InvalidParameters: arrays of other shapes, dtypes or sizes, or a ``dst`` that is not
-        writeable and C-contiguous (the kernel writes it at its address).
+    InvalidParameters: arrays of other shapes, dtypes or sizes, a ``dst`` that is not writeable
+        and C-contiguous (the kernel writes it at its address), or a ``src[i]`` that overlaps
+        another ``dst`` or only part of ``dst[i]`` (S36-R3: the backends would read it before or
+        after that is written, each its own way), judged by the arrays' first and last bytes,
+        a sort and binary searches over the ``N`` ranges (a source interleaved with a destination's
+        bytes counts as overlapping it).  Nothing is written before a refusal.
     """
     # the arrays checked are the arrays whose addresses the kernel gets, held to its end: a batch
     # array's rows (checked as the array), else each array of the list
@@ -172,22 +214,31 @@ def convert_add(words: np.ndarray, tag: str, dst: Sequence[np.ndarray] | np.ndar
         raise InvalidParameters(f"convert_add: words uint64 ({n}, 2) and {n} writeable C-contiguous ring arrays (and "
                                 f"as many sources) of one dtype and size, got words {words.dtype} {words.shape}, "
                                 f"{len(src)} sources")
-    if isinstance(src, np.ndarray) and src is not dst and np.may_share_memory(src, dst):
-        # S36-R3: a source row over another destination would be read before or after that row is written,
-        # as the backend happens to order it (the lists' form is the caller's to keep apart: its contract)
-        raise InvalidParameters("convert_add: a sources array must be the destinations or not overlap them")
     if not n or not width:
         return
+    nbytes = width * dtype.itemsize
+    dst_at = _addresses(dst)  # C-contiguous: each destination's bytes are [dst_at, dst_at + nbytes)
+    src_at, odd = dst_at, list[int]()
+    if src is not dst:
+        src_at, src_end, odd = _spans(src, nbytes)
+        if not _apart(dst_at, nbytes, src_at, src_end):
+            # S36-R3: a source over another destination would be read before or after that destination
+            # is written, as the backend happens to order it
+            raise InvalidParameters("convert_add: a source must be its own destination, all of it, or overlap no "
+                                    "destination")
     ring_bits = 8 * dtype.itemsize
     if kernels.compiled():
         from secemb.fss._aesni import BLOCKS, round_keys
         from secemb.fss._numba_kernels import STEP_BLOCKS, convert_add as kernel
 
-        # held (a list, or the array itself) while the kernel reads them
-        src = src if isinstance(src, np.ndarray) and src.flags.c_contiguous else [np.ascontiguousarray(x) for x in src]
+        # a C-contiguous source is read where it is (its first byte its address), any other from a
+        # C-contiguous copy, held while the kernel reads it
+        copies = [np.ascontiguousarray(src[i]) for i in odd]
+        if copies:
+            src_at[odd] = [x.ctypes.data for x in copies]
         blocks = np.empty((STEP_BLOCKS // BLOCKS * BLOCKS, 2), np.uint64)
-        kernel(np.ascontiguousarray(words), round_keys("convert/" + tag)[0], _addresses(src), _addresses(dst),
-               width, bool(negate), blocks, blocks.reshape(-1).view(dtype))
+        kernel(np.ascontiguousarray(words), round_keys("convert/" + tag)[0], src_at, dst_at, width, bool(negate),
+               blocks, blocks.reshape(-1).view(dtype))
         return
     op = np.subtract if negate else np.add
     for lo, hi, vals in convert_chunks(words, width, ring_bits, tag):

@@ -63,7 +63,8 @@ def _round(rows: dict[int, list[int]], drop_after: dict[int, int], seed: int) ->
 
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
     "S27-G1 (low): a device that claims every candidate row and never drops turns an honest device's "
-    "harmless drop into an abort that names the honest device alone"))
+    "harmless drop into an abort that names the honest device alone; no naming rule fixes it without "
+    "unnaming S26-F1's dropping claimer or naming honest devices (docs/security.md, S27-G1)"))
 @pytest.mark.parametrize("after", [2, 3], ids=["after-shares", "after-masked-input"])
 def test_s27_g1_a_claiming_device_makes_an_honest_drop_abort_and_is_not_named(after: int) -> None:
     """Device 4 (the attacker) signs a row set of every candidate row and sends every message;
@@ -87,6 +88,18 @@ def test_s27_g1_a_claiming_device_makes_an_honest_drop_abort_and_is_not_named(af
 def test_the_control_of_s27_g1_the_same_honest_drop_without_the_claim_commits(after: int) -> None:
     survivors, names = _round(LONE_ROWS, {1: after}, 2702)
     assert survivors == ([0, 2, 3, 4] if after == 2 else [0, 1, 2, 3, 4]) and names == ()
+
+
+@pytest.mark.parametrize("after", [None, 1, 4], ids=["no-drop", "after-advertise", "after-signing"])
+def test_the_bound_of_s27_g1_the_claim_makes_no_other_honest_drop_abort(after: int | None) -> None:
+    """What S27-G1's attacker cannot do (docs/security.md, S27-G1: why it stays open, and why its gain is
+    bounded by the window): device 4 claims every candidate row and never drops, and honest device 1 sends
+    every message, or drops where no rule counts it -- after its advertise (not in U2: device 4 counts one
+    holder of row 1 in its U2 and contributes zero there) or after signing the survivor list (its input is
+    in).  The round commits, nobody named: the claim turns only the honest device's own drops after its
+    shares or after its masked input into aborts, never makes one of its own."""
+    survivors, names = _round(CLAIMED, {} if after is None else {1: after}, 2708)
+    assert survivors == ([0, 2, 3, 4] if after == 1 else [0, 1, 2, 3, 4]) and names == ()
 
 
 @pytest.mark.parametrize("after", [1, 4], ids=["after-advertise", "after-signing"])

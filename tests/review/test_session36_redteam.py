@@ -30,8 +30,8 @@ CI; where a case would hand a kernel a new layout (a strided ``acc`` that overla
 spied on instead of run.  About 11 s on 2 shared cores with a warm cache.
 
 Findings (hazmat layer: a caller's own arguments, none reachable from bytes off the wire; each was a strict xfail
-asserting the safe behaviour; R1, R2 and R3's rows form fixed by the lead in session 36, so those tests now pass;
-R3's list form stays a strict xfail):
+asserting the safe behaviour; R1, R2 and R3's rows form fixed by the lead in session 36, R3's list form by helper F
+in session 40, so those tests now pass):
 
 * S36-R1 (low, pre-existing, kept by 3501d1b): ``convert_accumulate`` into a ``key_acc`` whose last axis is not
   contiguous and which overlaps ``acc`` or ``key_t`` (``fresh=False``, allowed by the contract): the compiled
@@ -44,8 +44,9 @@ R3's list form stays a strict xfail):
 * S36-R3 (low, pre-existing in the list path): ``convert_add`` with sources that overlap other destinations
   (outside the contract, not refused): the compiled path copies sources whose rows are not contiguous before
   the kernel runs, numpy's reads them as they are rewritten -- other words on the two backends.  Fixed for one
-  array of sources (refused where it overlaps the destinations and is not them); a list's overlaps are left
-  to the caller (checking every pair would cost more than the sums).
+  array of sources in session 36 (refused where it overlapped the destinations and was not them); in session
+  40 (helper F) for every form of ``dst`` and ``src``: each source's byte range against every destination's
+  (one sort, two binary searches), refused unless it meets none or exactly its own destination's bytes.
 """
 
 from __future__ import annotations
@@ -238,28 +239,70 @@ def test_convert_add_rows_touch_nothing_outside_against_guard_pages() -> None:
     assert run_guarded("import os\n" + _GUARDED_ADD) == ["ROWS", str(2 * 3 * 2 * 2)]
 
 
-@COMPILED
-@pytest.mark.parametrize("rows", [True, pytest.param(False, marks=pytest.mark.xfail(
-    strict=True, reason="S36-R3: a list of sources overlapping other destinations is neither refused nor read as "
-                        "numpy's path reads them"))])
-def test_s36_r3_sources_overlapping_other_destinations_are_refused_or_numpys(rows: bool) -> None:
-    """S36-R3: ``src`` the transpose of ``dst`` (square rows, so the sizes match): ``src[i]`` overlaps every
-    ``dst[j]``.  The contract forbids it (``src[i]`` may be ``dst[i]``, not another); it is not refused, and the
-    compiled path copies the non-contiguous sources first while numpy's reads them live: expected
-    :class:`InvalidParameters` or numpy's words."""
-    start, words = _ring((W, W), np.uint32), _words(W)
-    got = {}
-    for backend in ("numpy", "numba"):
-        kernels.BACKEND = backend
-        try:
-            dst = start.copy()
-            convert_add(words, TAG, dst if rows else list(dst), dst.T if rows else list(dst.T))
-            got[backend] = dst.tolist()
-        except InvalidParameters:
-            got[backend] = "refused"
-        finally:
-            kernels.BACKEND = "numba"
-    assert got["numba"] == got["numpy"]
+def _overlapping_cases() -> dict[str, Callable[[np.ndarray], tuple[object, object]]]:
+    """``(dst, src)`` over one square buffer (W, W), each form (one array or a list) of each: every case
+    has a source over a destination not its own, or over part of its own."""
+    def form(rows: bool, a: np.ndarray) -> object:
+        return a if rows else list(a)
+
+    cases: dict[str, Callable[[np.ndarray], tuple[object, object]]] = {}
+    for dst_rows in (True, False):
+        for src_rows in (True, False):
+            name = f"dst {'array' if dst_rows else 'list'}, src {'array' if src_rows else 'list'}"
+            # src the transpose of dst: src[i] (column i) over every dst[j]
+            cases[f"{name}, transposed"] = lambda b, d=dst_rows, s=src_rows: (form(d, b), form(s, b.T))
+            # src[i] is dst[i + 1] (rows rolled): C-contiguous, each over one other destination only
+            cases[f"{name}, rolled"] = lambda b, d=dst_rows, s=src_rows: (form(d, b[:-1]), form(s, b[1:]))
+    # src[i] half over dst[i], half over dst[i + 1]: contiguous, shifted by half a row
+    cases["list, shifted half a row"] = lambda b: (list(b[:-1]), [b.reshape(-1)[W // 2 + i * W:][:W]
+                                                                  for i in range(W - 1)])
+    # src[i] over part of dst[i] only (the buffer's rows twice as wide: dst the left halves)
+    cases["list, shifted within its own"] = lambda b: ([r[: W // 2] for r in b], [r[1 : W // 2 + 1] for r in b])
+    return cases
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", list(_overlapping_cases()))
+def test_s36_r3_sources_overlapping_other_destinations_are_refused(backend: str, case: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """S36-R3: sources over destinations not their own (or over part of their own), in every form of ``dst``
+    and ``src``: the contract forbids it (``src[i]`` may be ``dst[i]``, not another), and the compiled path
+    copied non-contiguous sources first while numpy's read them live -- other words on the two backends.
+    Now refused with :class:`InvalidParameters`, nothing written."""
+    _backend(monkeypatch, backend)
+    buffer = _ring((W, W), np.uint32)
+    before = buffer.copy()
+    dst, src = _overlapping_cases()[case](buffer)
+    with pytest.raises(InvalidParameters, match="convert_add: a source must be its own destination"):
+        convert_add(_words(len(dst)), TAG, dst, src)
+    assert np.array_equal(buffer, before)
+
+
+#: sources allowed over the destinations: (dst, src) of a (W, W) buffer, src[i] spanning exactly dst[i]'s bytes
+OWN: dict[str, Callable[[np.ndarray], tuple[object, object]]] = {
+    "array, list of its rows": lambda b: (b, list(b)),
+    "list, the array": lambda b: (list(b), b),
+    "array, another view of it": lambda b: (b, b[:]),
+    "list, each row reversed": lambda b: (list(b), [r[::-1] for r in b]),
+    "array, rows reversed within": lambda b: (b, b[:, ::-1]),
+    "list, rows as (W, 1) columns": lambda b: (list(b), [r.reshape(W, 1) for r in b]),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", list(OWN))
+@pytest.mark.parametrize("negate", [False, True])
+def test_s36_r3_sources_over_their_own_destination_are_read_whole_first(backend: str, case: str, negate: bool,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """What S36-R3's refusal keeps: ``src[i]`` over exactly ``dst[i]``'s bytes, in its order or another, is
+    read whole before ``dst[i]`` is written (numpy's ufuncs buffer an overlapping input, the compiled path copies
+    a non-contiguous source): each row its source's values, in the source's order, plus the conversion."""
+    _backend(monkeypatch, backend)
+    buffer, words = _ring((W, W), np.uint32), _words(W)
+    dst, src = OWN[case](buffer)
+    values = [np.asarray(x).reshape(-1).tolist() for x in src]
+    convert_add(words, TAG, dst, src, negate=negate)
+    assert buffer.tolist() == _add_ref(words, values, 32, negate)
 
 
 # --- 2. convert_accumulate's copies of strided outputs --------------------------------------------------------
