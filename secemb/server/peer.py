@@ -15,7 +15,6 @@ Errors (every method):
 
 from __future__ import annotations
 
-import json
 import logging
 import ssl
 from collections.abc import Callable
@@ -26,6 +25,7 @@ from secemb.errors import InvalidMessage, SecembError
 from secemb.server.verify import decode_verification
 from secemb.transport.errors import RemoteError, Unreachable
 from secemb.transport.limits import ANSWER_FLOOR_BYTES
+from secemb.transport.network import answer_document
 
 __all__ = ["PEER_ERRORS", "HttpPeer", "PeerLink", "PeerRefused", "PeerUnreachable"]
 
@@ -237,8 +237,8 @@ class HttpPeer:
         def go() -> str:
             raw = self.api.post_bytes(path, share) or b""
             try:
-                doc = json.loads(raw)
-            except ValueError:  # json's decode error, or bytes that are not UTF-8
+                doc = answer_document(raw)
+            except ValueError:  # json's decode error, bytes that are not UTF-8, or nesting too deep
                 raise InvalidMessage(f"the answer to {path} is not JSON") from None
             return str(_fields(doc, model_sha256=str)["model_sha256"])
 

@@ -43,7 +43,8 @@ from secemb.transport.limits import ANSWER_FLOOR_BYTES, answer_limit, answer_lim
 from secemb.transport.paced import MIN_ANSWER_RATE, AnswerPace, PacedTransport
 from secemb.transport.signing import sign_headers
 
-__all__ = ["ANSWER_FLOOR_BYTES", "MIN_ANSWER_RATE", "ApiClient", "answer_fields", "answer_limit", "answer_limit_for"]
+__all__ = ["ANSWER_FLOOR_BYTES", "MIN_ANSWER_RATE", "ApiClient", "answer_document", "answer_fields", "answer_limit",
+           "answer_limit_for"]
 
 OCTET = "application/octet-stream"
 
@@ -121,6 +122,22 @@ def answer_fields(doc: Any, where: str, **kinds: type) -> dict[str, Any]:
         if not ok:
             raise InvalidMessage(f"{where}: field {name!r}: {kind.__name__} expected, got {value!r:.80}")
     return doc
+
+
+def answer_document(raw: bytes) -> Any:
+    """The JSON value of a server's or peer's answer body ``raw`` (UTF-8, -16 or -32).
+
+    Raises
+    ------
+    ValueError
+        ``raw`` is not JSON, or nests deeper than the decoder recurses (its ``RecursionError``,
+        which no caller of a network answer expects: S40-R1, a peer's answer nested ~100,000
+        deep made server 0's count routes answer 500).
+    """
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise ValueError("the JSON nests deeper than the decoder recurses") from None
 
 
 class ApiClient:
@@ -240,7 +257,7 @@ class ApiClient:
             self.received_bytes += len(resp.content)
         if resp.status_code >= 300:
             try:
-                doc = resp.json()
+                doc = answer_document(resp.content)
                 error, detail = str(doc.get("error", "error")), str(doc.get("detail", ""))
             except (ValueError, AttributeError):
                 error, detail = "error", resp.text[:500]
@@ -292,8 +309,8 @@ class ApiClient:
 
     def _json(self, method: str, path: str, resp: httpx.Response) -> Any:
         try:
-            return resp.json()
-        except ValueError:  # json's decode error, or text that is not UTF-8
+            return answer_document(resp.content)
+        except ValueError:  # json's decode error, text that is not UTF-8, or nesting too deep
             raise InvalidMessage(f"{method} {self.base_url}{path}: the answer is not JSON "
                                  f"({resp.headers.get('content-type', 'no content type')}, {len(resp.content)} B)"
                                  ) from None
