@@ -5,7 +5,8 @@
 
 Findings
 --------
-* **S40-R1 (medium; pre-existing code, reached by the new route).** :class:`~secemb.transport.network.
+* **S40-R1 (medium; pre-existing code, reached by the new route; fixed by the lead in abf742c, so
+  these tests now pass -- they were strict xfails at 282ace3).** :class:`~secemb.transport.network.
   ApiClient` turns an answer that is not JSON into ``InvalidMessage`` by catching ``ValueError`` only;
   JSON nested ~100,000 deep (200 kB, far below the answer limit) makes :mod:`json` raise
   ``RecursionError``, in a 2xx answer (``_json``) and in an error answer's document (``request``).  A
@@ -16,9 +17,10 @@ Findings
   server 0 answering the operator so kills ``secemb admin count`` with a traceback (the wait catches
   RemoteError/Unreachable/InvalidMessage only).  Every ApiClient reader is exposed the same way (the
   other peer calls, ``secemb admin``, the device SDK: not run here).  Server-side request bodies are
-  safe (``parsing.json_object`` checks the depth first).  Fix, checked in a scratch copy: catch
-  ``RecursionError`` beside ``ValueError`` at both places of ``secemb/transport/network.py`` -- the
-  six S40-R1 tests then XPASS (strict: fail).
+  safe (``parsing.json_object`` checks the depth first).  The fix (``transport.network.
+  answer_document`` reads ``RecursionError`` as not JSON) makes the six tests pass; before it, catching
+  ``RecursionError`` beside ``ValueError`` at both places of ``secemb/transport/network.py`` did too
+  (scratch copy).
   ``test_a_malformed_progress_of_server_1_is_server_1_failing[users nested 100,000 deep | a 500 ...]``,
   ``test_a_close_with_server_1_answering_deep_json_reopens_the_phase[...]``,
   ``test_the_wait_survives_a_progress_answer_nested_too_deep[200 | 503]``.
@@ -419,20 +421,14 @@ MALFORMED: dict[str, Answer] = {
     "connection refused": _raises(httpx.ConnectError("[Errno 111] Connection refused")),
     "reset": _raises(httpx.RemoteProtocolError("peer closed connection")),
 }
-#: the ones server 0 does not survive (S40-R1)
+#: answers nested deeper than json's decoder recurses (S40-R1: RecursionError escaped ApiClient, a 500)
 RECURSION: dict[str, Answer] = {
     "users nested 100,000 deep": _answer(200, DEEP),
     "a 500 whose error document nests 100,000 deep": _answer(500, DEEP),
 }
-#: server 1's deviating answer -> the progress's share of the phase must stay as it was
-_R1 = pytest.mark.xfail(strict=True, reason="S40-R1 (medium): an answer of JSON nested 100,000 deep raises "
-                                            "RecursionError out of ApiClient (only ValueError is caught): server 0 "
-                                            "answers 500 to GET /v1/admin/count and to the count close (its phase "
-                                            "left frozen), 'secemb admin count' dies with a traceback")
 
 
-@pytest.mark.parametrize("answer", [pytest.param(a, id=k) for k, a in MALFORMED.items()]
-                         + [pytest.param(a, id=k, marks=_R1) for k, a in RECURSION.items()])
+@pytest.mark.parametrize("answer", [pytest.param(a, id=k) for k, a in (MALFORMED | RECURSION).items()])
 def test_a_malformed_progress_of_server_1_is_server_1_failing(pair: Pair, answer: Answer) -> None:
     _opened(pair)
     before = pair.state()
@@ -446,7 +442,7 @@ def test_a_malformed_progress_of_server_1_is_server_1_failing(pair: Pair, answer
     _closes_right(pair, [0, 1, 2])
 
 
-@pytest.mark.parametrize("answer", [pytest.param(a, id=k, marks=_R1) for k, a in RECURSION.items()])
+@pytest.mark.parametrize("answer", [pytest.param(a, id=k) for k, a in RECURSION.items()])
 def test_a_close_with_server_1_answering_deep_json_reopens_the_phase(pair: Pair, answer: Answer) -> None:
     """The same answer to the close (``POST /v1/peer/count/close``, code of before session 40): server
     0 must report server 1 failing and reopen its phase with the shares kept, as for any malformed
@@ -601,7 +597,6 @@ def test_the_wait_ends_once_every_user_is_at_both_and_not_before(fast_poll: Any,
 
 
 @pytest.mark.parametrize("status", [200, 503])
-@_R1
 def test_the_wait_survives_a_progress_answer_nested_too_deep(fast_poll: Any, status: int) -> None:
     """The operator's own link (:class:`~secemb.transport.http.HttpAdminLink` over an
     :class:`ApiClient`, as ``secemb admin count`` builds it) reading a progress nested 100,000 deep:
