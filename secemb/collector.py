@@ -37,12 +37,19 @@ def sparing_the_setup_heap() -> Iterator[bool]:
     unfrozen on leaving it, also on an exception).  Yields whether it froze them: not when the
     process has frozen objects already (:func:`gc.get_freeze_count` above 0), whose owner
     decides when they are unfrozen, nor while the collector is disabled.  Process-wide, like
-    the collector itself; not re-entrant (an inner block finds the heap frozen and does nothing)."""
+    the collector itself; not re-entrant (an inner block finds the heap frozen and does nothing).
+
+    A ``gc.freeze()`` by another owner within the block (a library freezing before it forks) is
+    left to that owner: the block does not unfreeze where the frozen count grew past its own
+    (freed objects only shrink it; S40-R3).  If the other owner's freeze came after as many of
+    the block's frozen objects were freed as it added, the block cannot tell, and thaws it."""
     if gc.get_freeze_count() or not gc.isenabled():
         yield False
         return
     gc.freeze()
+    mine = gc.get_freeze_count()
     try:
         yield True
     finally:
-        gc.unfreeze()
+        if gc.get_freeze_count() <= mine:
+            gc.unfreeze()

@@ -21,6 +21,7 @@ servers' models differ), 2 bad usage (e.g. a directory that already holds a CA),
 """
 
 import json
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -405,11 +406,11 @@ def _await_count_shares(link: Any, expected: int, deadline: float) -> None:
     said = ""
     while time.monotonic() < deadline:
         try:
-            p = link.count_progress()
+            p = _within(link.count_progress, deadline - time.monotonic())
             line = (f"count shares: {p['server0']} of {expected} users at server 0, {p['server1']} of {expected} at "
                     f"server 1, {p['both']} at both")
             done = p["both"] >= expected
-        except (RemoteError, Unreachable, InvalidMessage) as exc:
+        except (RemoteError, Unreachable, InvalidMessage, TimeoutError) as exc:
             line, done = f"count progress unknown: {exc}", False
         if line != said:
             typer.echo(line, err=True)
@@ -417,6 +418,29 @@ def _await_count_shares(link: Any, expected: int, deadline: float) -> None:
         if done:
             return
         time.sleep(max(0.0, min(_COUNT_POLL_S, deadline - time.monotonic())))
+
+
+def _within(read: Callable[[], Any], seconds: float) -> Any:
+    """``read()``'s result, or its exception, if it returns within ``seconds``; else
+    ``TimeoutError``, and the call goes on in a daemon thread whose result is dropped (a server
+    that stalls an answer cannot hold ``admin count`` past its ``--wait``: S40-R2)."""
+    done: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            done.append((True, read()))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+            done.append((False, exc))
+
+    worker = threading.Thread(target=run, daemon=True, name="secemb-count-progress")
+    worker.start()
+    worker.join(max(seconds, 0.0))
+    if not done:
+        raise TimeoutError("no answer before the wait ends")
+    ok, value = done[0]
+    if not ok:
+        raise value
+    return value
 
 
 @admin_app.command("open-round")

@@ -157,14 +157,18 @@ def _spans(arrays: Sequence[np.ndarray] | np.ndarray, nbytes: int) -> tuple[np.n
     return first, end, odd
 
 
-def _apart(dst_at: np.ndarray, nbytes: int, src_lo: np.ndarray, src_hi: np.ndarray) -> bool:
+def _meets(starts: np.ndarray, nbytes: int, lo: np.ndarray | int, hi: np.ndarray | int) -> np.ndarray:
+    """How many destinations ``[starts[j], starts[j] + nbytes)`` (``starts`` sorted) each range
+    ``[lo, hi)`` shares a byte with: those starting before it ends less those ending at or before
+    its start (every range non-empty).  Two binary searches."""
+    return np.searchsorted(starts, hi, "left") - np.searchsorted(starts, np.subtract(lo, nbytes), "right")
+
+
+def _apart(dst_at: np.ndarray, starts: np.ndarray, nbytes: int, src_lo: np.ndarray, src_hi: np.ndarray) -> bool:
     """Whether every source ``[src_lo[i], src_hi[i])`` shares no byte with any destination
     ``[dst_at[j], dst_at[j] + nbytes)`` but its own, and with its own only as exactly its bytes
-    (``src[i]`` is ``dst[i]``, maybe read in another order).  One sort and two binary searches:
-    the destinations a source meets are those starting before it ends less those ending at or
-    before its start (every range non-empty)."""
-    starts = np.sort(dst_at)
-    meets = np.searchsorted(starts, src_hi, "left") - np.searchsorted(starts, src_lo - nbytes, "right")
+    (``src[i]`` is ``dst[i]``, maybe read in another order); ``starts`` is ``dst_at`` sorted."""
+    meets = _meets(starts, nbytes, src_lo, src_hi)
     return bool(np.array_equal(meets, (src_lo == dst_at) & (src_hi == dst_at + nbytes)))
 
 
@@ -179,7 +183,7 @@ def convert_add(words: np.ndarray, tag: str, dst: Sequence[np.ndarray] | np.ndar
 
     Parameters
     ----------
-    words: uint64 (N, 2) leaf words (seeds).
+    words: uint64 (N, 2) leaf words (seeds), overlapping no destination.
     tag: conversion domain.
     dst: ``N`` writeable C-contiguous ring arrays (uint32 or uint64, one dtype, ``w`` elements
         each, any shape), overwritten; none overlapping another's memory.  Or one writeable
@@ -197,7 +201,9 @@ def convert_add(words: np.ndarray, tag: str, dst: Sequence[np.ndarray] | np.ndar
         another ``dst`` or only part of ``dst[i]`` (S36-R3: the backends would read it before or
         after that is written, each its own way), judged by the arrays' first and last bytes,
         a sort and binary searches over the ``N`` ranges (a source interleaved with a destination's
-        bytes counts as overlapping it).  Nothing is written before a refusal.
+        bytes counts as overlapping it), or ``words`` that overlap a destination (S40-R4: the
+        kernel reads ``words[i]`` when it reaches row ``i``, numpy's path a chunk of them first).
+        Nothing is written before a refusal.
     """
     # the arrays checked are the arrays whose addresses the kernel gets, held to its end: a batch
     # array's rows (checked as the array), else each array of the list
@@ -218,10 +224,14 @@ def convert_add(words: np.ndarray, tag: str, dst: Sequence[np.ndarray] | np.ndar
         return
     nbytes = width * dtype.itemsize
     dst_at = _addresses(dst)  # C-contiguous: each destination's bytes are [dst_at, dst_at + nbytes)
+    starts = np.sort(dst_at)
+    if _meets(starts, nbytes, *_bounds(words)):
+        # S40-R4: the kernel reads words[i] when it reaches row i, numpy's path a chunk of words first
+        raise InvalidParameters("convert_add: the words must not overlap a destination")
     src_at, odd = dst_at, list[int]()
     if src is not dst:
         src_at, src_end, odd = _spans(src, nbytes)
-        if not _apart(dst_at, nbytes, src_at, src_end):
+        if not _apart(dst_at, starts, nbytes, src_at, src_end):
             # S36-R3: a source over another destination would be read before or after that destination
             # is written, as the backend happens to order it
             raise InvalidParameters("convert_add: a source must be its own destination, all of it, or overlap no "

@@ -24,20 +24,26 @@ Findings
   ``test_a_malformed_progress_of_server_1_is_server_1_failing[users nested 100,000 deep | a 500 ...]``,
   ``test_a_close_with_server_1_answering_deep_json_reopens_the_phase[...]``,
   ``test_the_wait_survives_a_progress_answer_nested_too_deep[200 | 503]``.
-* **S40-R2 (low).** ``secemb admin count --wait W`` is not bounded by W when a server stalls the
+* **S40-R2 (low; fixed by the lead: each progress read runs in a daemon thread that the wait leaves at
+  its deadline, ``admin._within``; the test was a strict xfail until then).**
+  ``secemb admin count --wait W`` is not bounded by W when a server stalls the
   progress read: one poll waits the admin link's timeout (60 s; server 0 itself waits
   ``peer_timeout_s``, 60 s, for a stalling server 1) before the loop looks at the deadline again, so
   ``--wait 5`` closes after ~60 s (and the close then waits for server 1 again).  Before session 40 the
   command slept exactly W.  Fix: give each progress read the time left (a per-call timeout).
   ``test_the_wait_keeps_its_deadline_when_a_server_stalls``.
-* **S40-R3 (low).** :func:`sparing_the_setup_heap` unfreezes with :func:`gc.unfreeze`, which thaws the
+* **S40-R3 (low; fixed by the lead: the block leaves the heap frozen where the frozen count grew past
+  its own; the test was a strict xfail until then).** :func:`sparing_the_setup_heap` unfreezes with
+  :func:`gc.unfreeze`, which thaws the
   whole permanent generation: a ``gc.freeze()`` made *within* the block by another owner (a library or
   an application embedding a run, freezing before it forks) is undone at the block's end; its contract
   protects only a freeze made *before*.  The objects only become scannable again (CPU, no wrong
   result).  Possible fix: at the end, leave the heap frozen when ``gc.get_freeze_count()`` grew since
   the block's own freeze (the count cannot grow otherwise).
   ``test_a_freeze_made_by_someone_else_within_the_block_is_left_to_its_owner``.
-* **S40-R4 (low, hazmat; pre-existing).** :func:`convert_add` checks sources against destinations but
+* **S40-R4 (low, hazmat; pre-existing; fixed by the lead: ``words`` whose bytes meet a destination are
+  refused, nothing written; the numba case was a strict xfail until then).** :func:`convert_add` checks
+  sources against destinations but
   not ``words`` against them: a uint64 ``words`` array in the memory of earlier rows of a uint64
   ``dst`` (``words[i]`` is ``dst[i - 1]``) is taken, and the backends differ -- numpy's path converts a
   chunk of words before adding, the compiled kernel reads ``words[i]`` when it reaches row ``i``,
@@ -613,10 +619,6 @@ def test_the_wait_survives_a_progress_answer_nested_too_deep(fast_poll: Any, sta
     assert time.monotonic() - start >= 0.3
 
 
-@pytest.mark.xfail(strict=True, reason="S40-R2 (low): a server that stalls the progress request keeps "
-                                       "'secemb admin count --wait W' past W by up to the admin link's timeout "
-                                       "(60 s; server 0 waits peer_timeout_s, 60 s, for server 1): the poll is not "
-                                       "bounded by the time left")
 def test_the_wait_keeps_its_deadline_when_a_server_stalls(fast_poll: Any) -> None:
     link = _Link([_progress(1, 1, 1)], block=3.0)
     start = time.monotonic()
@@ -727,9 +729,6 @@ def test_two_threads_leave_nothing_frozen_in_either_order(collector: Any, order:
     assert gc.get_freeze_count() == 0
 
 
-@pytest.mark.xfail(strict=True, reason="S40-R3 (low): a gc.freeze() made inside the block by another owner (a "
-                                       "library or application freezing before it forks workers) is undone at "
-                                       "the block's end: gc.unfreeze() thaws everything, not only what the block froze")
 def test_a_freeze_made_by_someone_else_within_the_block_is_left_to_its_owner(collector: Any) -> None:
     with collector.sparing_the_setup_heap() as froze:
         assert froze
@@ -986,16 +985,12 @@ def test_destinations_over_each_other_in_place_sum_one_after_the_other(backend: 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("at", ["the destinations themselves", "one row behind"])
 def test_words_over_the_destinations_are_refused_or_read_before_they_are_written(
-        at: str, backend: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+        at: str, backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """``words`` (uint64 (N, 2)) in the memory of a uint64 ``dst`` (width 2): the contract says nothing of it
     and nothing refuses it.  numpy's path converts a chunk of words before it adds (every word read before any
     row is written); the compiled kernel reads ``words[i]`` when it reaches row ``i``, after the rows before it
     were written.  Words that are the destinations themselves agree (each row's word is read before that row
     is written); words one row behind (``words[i]`` is ``dst[i - 1]``) do not."""
-    if at == "one row behind" and backend == "numba":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "S40-R4 (low, hazmat): words in the memory of earlier destinations: the compiled kernel reads "
-            "words[i] after dst[i - 1] was written, numpy's path before: the backends write other values")))
     _backend(monkeypatch, backend)
     buffer = _random((ROWS + 1, 2), np.uint64)
     before = buffer.copy()
