@@ -23,9 +23,9 @@ from typing import Any, Protocol, TypeVar
 
 from secemb.errors import InvalidMessage, SecembError
 from secemb.server.verify import decode_verification
+from secemb.transport.answers import answer_document
 from secemb.transport.errors import RemoteError, Unreachable
 from secemb.transport.limits import ANSWER_FLOOR_BYTES
-from secemb.transport.network import answer_document
 
 __all__ = ["PEER_ERRORS", "HttpPeer", "PeerLink", "PeerRefused", "PeerUnreachable"]
 

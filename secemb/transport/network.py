@@ -38,6 +38,7 @@ from typing import Any
 import httpx
 
 from secemb.errors import InvalidMessage, InvalidParameters
+from secemb.transport.answers import answer_document
 from secemb.transport.errors import RemoteError, Unreachable
 from secemb.transport.limits import ANSWER_FLOOR_BYTES, answer_limit, answer_limit_for
 from secemb.transport.paced import MIN_ANSWER_RATE, AnswerPace, PacedTransport
@@ -122,22 +123,6 @@ def answer_fields(doc: Any, where: str, **kinds: type) -> dict[str, Any]:
         if not ok:
             raise InvalidMessage(f"{where}: field {name!r}: {kind.__name__} expected, got {value!r:.80}")
     return doc
-
-
-def answer_document(raw: bytes) -> Any:
-    """The JSON value of a server's or peer's answer body ``raw`` (UTF-8, -16 or -32).
-
-    Raises
-    ------
-    ValueError
-        ``raw`` is not JSON, or nests deeper than the decoder recurses (its ``RecursionError``,
-        which no caller of a network answer expects: S40-R1, a peer's answer nested ~100,000
-        deep made server 0's count routes answer 500).
-    """
-    try:
-        return json.loads(raw)
-    except RecursionError:
-        raise ValueError("the JSON nests deeper than the decoder recurses") from None
 
 
 class ApiClient:
