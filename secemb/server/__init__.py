@@ -9,10 +9,10 @@ See ``docs/deployment.md``.
 
 from __future__ import annotations
 
+from secemb.collector import sparing_the_setup_heap
 from secemb.server.config import ServerConfig, load_config
 from secemb.server.node import make_node
 from secemb.server.persist import hold_state_dir
-from secemb.collector import sparing_the_setup_heap
 
 __all__ = ["ServerConfig", "load_config", "serve"]
 

@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from secemb.client.device import DeviceClient, RoundInfo, private_rng
+from secemb.collector import sparing_the_setup_heap
 from secemb.data import RatingData, by_user, concat
 from secemb.digest import model_sha256
 from secemb.errors import InvalidParameters
@@ -64,7 +65,6 @@ from secemb.round.results import EpochStats, RoundStats, TrainConfig, TrainResul
 from secemb.round.selection import EpochSelection
 from secemb.round.update import apply_aggregate
 from secemb.sim.admin import RoundAborted, await_round, check_info, close_round, fetch_model, retry
-from secemb.collector import sparing_the_setup_heap
 from secemb.sim.devices import Device, DevicePhase, RoundDevices
 from secemb.sim.settings import DeviceRandomness, dp_plan_of, public_init_seed, rating_range_of
 from secemb.sim.spec import AfterRound, BeforeRound, Behavior, Hooks, RoundPolicy, RunSpec
