@@ -3,11 +3,12 @@ it is not scanned again.
 
 A training process holds a large heap of long-lived objects before its first round: the
 dataset, the model, the protocol's roles and, with the compiled kernels, numba's registries and
-typed functions (about 139,000 tracked objects in an ML-100K run).  Python's collector walks
+typed functions (136,500 tracked objects at the start of a SecEmb ML-100K run, 78,700 at a
+plaintext one's before the kernels load; session 40).  Python's collector walks
 all of them in every full collection, and a run's rounds allocate enough container objects to
 trigger one every few epochs: measured at ML-100K (MF, the default options, 4 epochs of each
 protocol, session 40), a full collection cost 74-117 ms of CPU once in every four epochs of both
-plaintext and SecEmb, against 3-16 ms an epoch for all the young ones together (docs/results.md,
+plaintext and SecEmb, against 3-17 ms an epoch for all the young ones together (docs/results.md,
 "Glue of the secure path").
 
 :func:`sparing_the_setup_heap` moves every object tracked when the run starts to the
@@ -16,10 +17,10 @@ so collections during the run look at what the run made.  A training run
 (:func:`secemb.sim.driver.run`) and a server process (:func:`secemb.server.serve`, around its
 listener) use it: in ``secemb bench robust``'s rounds, 33 rounds of 20 devices, the collections
 took 59-60 ms of CPU with the server modules and kernels scanned and 12-14 ms with them frozen
-(two alternating pairs, load 0.8-1.4, session 40).  Nothing about the model depends on
-it: objects still go when their last reference does, and the run's own cyclic garbage is still
-collected; only cyclic garbage that existed before the run (which a collection before it would
-have freed) waits until the run ends.
+(two alternating pairs, one helper running, load average 1.4 after them, session 40).  Nothing
+about the model depends on it: objects still go when their last reference does, and the run's
+own cyclic garbage is still collected; only cyclic garbage that existed before the run (which a
+collection before it would have freed) waits until the run ends.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -423,24 +424,21 @@ def _await_count_shares(link: Any, expected: int, deadline: float) -> None:
 def _within(read: Callable[[], Any], seconds: float) -> Any:
     """``read()``'s result, or its exception, if it returns within ``seconds``; else
     ``TimeoutError``, and the call goes on in a daemon thread whose result is dropped (a server
-    that stalls an answer cannot hold ``admin count`` past its ``--wait``: S40-R2)."""
-    done: list[tuple[bool, Any]] = []
+    that stalls an answer cannot hold ``admin count`` past its ``--wait``: S40-R2; an executor's
+    worker would hold the process at exit until the call returns)."""
+    answer: Future[Any] = Future()
 
     def run() -> None:
         try:
-            done.append((True, read()))
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller below
-            done.append((False, exc))
+            answer.set_result(read())
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller by the future
+            answer.set_exception(exc)
 
-    worker = threading.Thread(target=run, daemon=True, name="secemb-count-progress")
-    worker.start()
-    worker.join(max(seconds, 0.0))
-    if not done:
-        raise TimeoutError("no answer before the wait ends")
-    ok, value = done[0]
-    if not ok:
-        raise value
-    return value
+    threading.Thread(target=run, daemon=True, name="secemb-count-progress").start()
+    try:
+        return answer.result(timeout=max(seconds, 0.0))
+    except TimeoutError:
+        raise TimeoutError("no answer before the wait ends") from None
 
 
 @admin_app.command("open-round")

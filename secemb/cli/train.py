@@ -82,7 +82,6 @@ def register(app: typer.Typer) -> None:
         from rich.table import Table
 
         from secemb.cli._console import console as make_console
-
         from secemb.cli._exchange import exchange_protocol, refuse_exchange_options
         from secemb.cli._report import save_model_dir, training_display, warn_noiseless, write_json
         from secemb.cli._usage import check_output, fail

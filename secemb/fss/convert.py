@@ -149,7 +149,7 @@ def _spans(arrays: Sequence[np.ndarray] | np.ndarray, nbytes: int) -> tuple[np.n
         lo, hi = _bounds(arrays[0])
         step = np.arange(len(arrays), dtype=np.int64) * arrays.strides[0]
         return lo + step, hi + step, [] if arrays[0].flags.c_contiguous else list(range(len(arrays)))
-    first = np.array([a.ctypes.data for a in arrays], np.int64)
+    first = _addresses(arrays)
     end = first + nbytes
     odd = [i for i, a in enumerate(arrays) if not a.flags.c_contiguous]
     for i in odd:

@@ -44,8 +44,7 @@ from secemb.transport.limits import ANSWER_FLOOR_BYTES, answer_limit, answer_lim
 from secemb.transport.paced import MIN_ANSWER_RATE, AnswerPace, PacedTransport
 from secemb.transport.signing import sign_headers
 
-__all__ = ["ANSWER_FLOOR_BYTES", "MIN_ANSWER_RATE", "ApiClient", "answer_document", "answer_fields", "answer_limit",
-           "answer_limit_for"]
+__all__ = ["ANSWER_FLOOR_BYTES", "MIN_ANSWER_RATE", "ApiClient", "answer_fields", "answer_limit", "answer_limit_for"]
 
 OCTET = "application/octet-stream"
 

@@ -16,8 +16,9 @@ import pytest
 
 from secemb.errors import InvalidMessage
 from secemb.server.peer import HttpPeer, PeerUnreachable
+from secemb.transport.answers import answer_document
 from secemb.transport.errors import RemoteError
-from secemb.transport.network import ApiClient, answer_document
+from secemb.transport.network import ApiClient
 
 DEEP = b"[" * 100_000 + b"]" * 100_000
 
