@@ -19,7 +19,10 @@ aggregation and the bound check in ranges of users or buckets, as a ``thread`` d
 A round's uploads reach each server as one batch (``handle_upload_many``; with relay, server
 0's forwards reach server 1 as one batch), as the in-process engine delivers a round's devices
 (``send_uploads`` of :mod:`secemb.sim.local`; over HTTP the server batches the uploads that
-arrive together, so a round may be absorbed in several batches).
+arrive together, so a round may be absorbed in several batches).  ``--batch N`` has the servers take
+the requests and uploads ``N`` devices at a time instead, as such a server does (both kinds of round
+alike; ``"batch"`` in the JSON, 0 for one batch): each batch pays its own passes over the table and
+the aggregate, and with ``--bound`` each upload batch draws its own challenge (cuckoo layout).
 
 With ``--bound`` a third kind of round runs in the same alternation: verified uploads plus
 bounded payloads (issue 34 (b), ``SecEmbProtocol(bound=True)``): each device's proof after its
@@ -85,11 +88,15 @@ class _Servers:
         return self.round_id
 
 
-def _round(servers: _Servers, users: int, gen: np.random.Generator, size: tuple[int, int]) -> dict[str, float]:
+def _round(servers: _Servers, users: int, gen: np.random.Generator, size: tuple[int, int],
+           batch: int | None = None) -> dict[str, float]:
     """One round of ``servers``' kind (:data:`KINDS`) with ``users`` devices (the servers'
     ``users_per_round`` with bounded payloads); server seconds (both servers, summed), the
     devices' proof seconds (``bounded`` only, summed over devices), and bytes (device -> servers
-    per device, server <-> server in total)."""
+    per device, server <-> server in total).  The devices' retrieval requests and uploads reach
+    each server in batches of ``batch`` devices (one batch of all: ``None``), as a server takes
+    those that arrive together over HTTP; with bounded payloads each upload batch has its own
+    challenge."""
     m, m_prime = size
     bound = servers.kind == "bounded"
     proto, s0, s1 = servers.proto, servers.s0, servers.s1
@@ -119,17 +126,21 @@ def _round(servers: _Servers, users: int, gen: np.random.Generator, size: tuple[
     reqs = [d.retrieval_request(sl) for d, sl in zip(devices, slots, strict=True)]
     up += sum(len(a) + len(b) for a, b in reqs)
     ids = list(range(users))
-    if relay:
-        assert isinstance(s0, SecEmbRelayServer) and isinstance(s1, SecEmbRelayServer)  # make_server's, with relay
-        timed(s1.handle_retrieval_many, [(u, r1) for u, (_, r1) in zip(ids, reqs, strict=True)])
-        fwds = timed(s0.handle_retrieval_many, [(u, r0) for u, (r0, _) in zip(ids, reqs, strict=True)])
-        masked = timed(s1.relay_retrieval_many, list(zip(ids, fwds, strict=True)))
-        s2s += sum(len(f) + len(m) for f, m in zip(fwds, masked, strict=True))
-        replies = [(timed(s0.complete_retrieval, u, m), None) for u, m in zip(ids, masked, strict=True)]
-    else:
-        a0 = timed(s0.handle_retrieval_many, [(u, r0) for u, (r0, _) in zip(ids, reqs, strict=True)])
-        a1 = timed(s1.handle_retrieval_many, [(u, r1) for u, (_, r1) in zip(ids, reqs, strict=True)])
-        replies = list(zip(a0, a1, strict=True))
+    step = batch or users
+    groups = [range(lo, min(users, lo + step)) for lo in range(0, users, step)]
+    replies: list[tuple[bytes, bytes | None]] = []
+    for g in groups:
+        if relay:
+            assert isinstance(s0, SecEmbRelayServer) and isinstance(s1, SecEmbRelayServer)  # make_server's, relay
+            timed(s1.handle_retrieval_many, [(u, reqs[u][1]) for u in g])
+            fwds = timed(s0.handle_retrieval_many, [(u, reqs[u][0]) for u in g])
+            masked = timed(s1.relay_retrieval_many, list(zip(g, fwds, strict=True)))
+            s2s += sum(len(f) + len(m) for f, m in zip(fwds, masked, strict=True))
+            replies += [(timed(s0.complete_retrieval, u, m), None) for u, m in zip(g, masked, strict=True)]
+        else:
+            a0 = timed(s0.handle_retrieval_many, [(u, reqs[u][0]) for u in g])
+            a1 = timed(s1.handle_retrieval_many, [(u, reqs[u][1]) for u in g])
+            replies += list(zip(a0, a1, strict=True))
     uploads = []
     for dev, (x0, x1), sl in zip(devices, replies, slots, strict=True):
         dev.retrieval_result(x0, x1)
@@ -138,17 +149,19 @@ def _round(servers: _Servers, users: int, gen: np.random.Generator, size: tuple[
         u0, u1 = dev.upload(rows, np.zeros(1, cfg.dtype))
         up += len(u0) + (0 if u1 is None else len(u1))
         uploads.append((u0, u1))
-    # the round's uploads reach each server as one batch, as the in-process engine delivers a
+    # by default the round's uploads reach each server as one batch, as the in-process engine delivers a
     # round's group (secemb.sim.local): with bounded payloads, server 0 draws one challenge for them
-    if relay:
-        assert isinstance(s1, SecEmbRelayServer)
-        fwds = timed(s0.handle_upload_many, [(u, u0) for u, (u0, _) in zip(ids, uploads, strict=True)])
-        assert all(isinstance(f, bytes) for f in fwds), "an upload was refused"
-        s2s += sum(len(f) for f in fwds)
-        refused = timed(s1.relay_upload_many, list(zip(ids, fwds, strict=True)))
-    else:
-        refused = timed(s1.handle_upload_many, [(u, u1) for u, (_, u1) in zip(ids, uploads, strict=True)])
-        refused += timed(s0.handle_upload_many, [(u, u0) for u, (u0, _) in zip(ids, uploads, strict=True)])
+    refused = []
+    for g in groups:
+        if relay:
+            assert isinstance(s1, SecEmbRelayServer)
+            fwds = timed(s0.handle_upload_many, [(u, uploads[u][0]) for u in g])
+            assert all(isinstance(f, bytes) for f in fwds), "an upload was refused"
+            s2s += sum(len(f) for f in fwds)
+            refused += timed(s1.relay_upload_many, list(zip(g, fwds, strict=True)))
+        else:
+            refused += timed(s1.handle_upload_many, [(u, uploads[u][1]) for u in g])
+            refused += timed(s0.handle_upload_many, [(u, uploads[u][0]) for u in g])
     assert all(e is None for e in refused), "an upload was refused"
     proving = 0.0
     challenges: set[bytes] = set()
@@ -191,20 +204,23 @@ def _combine(timed: Callable[..., Any], server: SecEmbServer, share: bytes, incl
 
 def measure(users: int, repeats: int, seed: int = 0, size: str = "ml100k",
             layouts: tuple[str, ...] = ("cuckoo", "full"), bound: bool = False,
-            workers: int | None = None, roles: bool = False) -> list[dict[str, Any]]:
+            workers: int | None = None, roles: bool = False, batch: int | None = None) -> list[dict[str, Any]]:
     """Per layout (cuckoo with relay, full without), the checked and unchecked figures (median
     of ``repeats`` rounds of each kind, their order rotating) at ``size`` (:data:`SIZES`); with
     ``bound``, the bounded ones too (``bounded`` and its ``bounded_*_ratio`` against unchecked).
     The servers evaluate on the serial backend, or with ``workers`` on a thread backend of that
     many threads (``"workers"`` in each line: 1 for serial).  With ``roles``, each kind's figures
-    hold ``"roles"``: the median seconds a round of each server's role call (module docstring)."""
+    hold ``"roles"``: the median seconds a round of each server's role call (module docstring).
+    ``batch``: the servers take the devices' requests and uploads ``batch`` at a time (``"batch"`` in
+    each line; 0 there for one batch a round), as over HTTP, each upload batch with its own
+    challenge (bounded, cuckoo layout); ``None``: one batch a round."""
     if size not in SIZES:
         raise ValueError(f"size must be one of {sorted(SIZES)}, got {size!r}")
     keeping_round_heap()  # as a server process does (secemb serve)
     backend = None if workers is None else ThreadBackend(workers)
     try:
         with sparing_the_setup_heap():  # as secemb serve's rounds run (secemb.server.serve)
-            return _measure(users, repeats, seed, size, layouts, bound, backend, roles)
+            return _measure(users, repeats, seed, size, layouts, bound, backend, roles, batch)
     finally:
         if backend is not None:
             backend.close()
@@ -222,7 +238,7 @@ def _medians(runs: list[dict[str, float]], roles: bool) -> dict[str, Any]:
 
 
 def _measure(users: int, repeats: int, seed: int, size: str, layouts: tuple[str, ...], bound: bool,
-             backend: Backend | None, roles: bool = False) -> list[dict[str, Any]]:
+             backend: Backend | None, roles: bool = False, batch: int | None = None) -> list[dict[str, Any]]:
     gen = np.random.default_rng(seed)  # public test data: tables and item choices
     out = []
     for layout, relay in (("cuckoo", True), ("full", False)):
@@ -231,15 +247,15 @@ def _measure(users: int, repeats: int, seed: int, size: str, layouts: tuple[str,
         kinds = KINDS if bound else KINDS[:2]
         servers = {kind: _Servers(layout, relay, kind, users, backend) for kind in kinds}
         for kind in kinds:
-            _round(servers[kind], users, gen, SIZES[size])  # warm-up (kernel compilation, caches, work arrays)
+            _round(servers[kind], users, gen, SIZES[size], batch)  # warm-up (kernel compilation, caches, work arrays)
         runs: dict[str, list[dict[str, float]]] = {k: [] for k in kinds}
         for i in range(repeats):
             for j in range(len(kinds)):  # each kind first in turn
                 kind = kinds[(i + j) % len(kinds)]
-                runs[kind].append(_round(servers[kind], users, gen, SIZES[size]))
+                runs[kind].append(_round(servers[kind], users, gen, SIZES[size], batch))
         med = {v: _medians(runs[v], roles) for v in runs}
         line: dict[str, Any] = {"size": size, "layout": layout, "relay": relay, "users": users, "repeats": repeats,
-                                "workers": 1 if backend is None else backend.workers}
+                                "workers": 1 if backend is None else backend.workers, "batch": batch or 0}
         for kind, prefix in (("checked", ""), ("bounded", "bounded_")):
             if kind not in med:
                 continue
@@ -264,9 +280,10 @@ def main() -> None:
     ap.add_argument("--bound", action="store_true", help="also rounds with bounded payloads (issue 34 (b))")
     ap.add_argument("--workers", type=int, default=None, help="threads of a thread backend (default: serial)")
     ap.add_argument("--roles", action="store_true", help="also each server role call's median seconds a round")
+    ap.add_argument("--batch", type=int, default=None, help="devices a server takes at once (default: all)")
     args = ap.parse_args()
     for line in measure(args.users, args.repeats, size=args.size, layouts=tuple(args.layouts.split(",")),
-                        bound=args.bound, workers=args.workers, roles=args.roles):
+                        bound=args.bound, workers=args.workers, roles=args.roles, batch=args.batch):
         print(json.dumps(line))
 
 

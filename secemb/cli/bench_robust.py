@@ -25,6 +25,9 @@ def register(bench_app: typer.Typer) -> None:
                                                    "threads (0: the serial backend)."),
         roles: bool = typer.Option(False, "--roles", help="Also each server role call's median seconds a round, by "
                                                           "kind of round (with --json: each kind's \"roles\")."),
+        batch: int = typer.Option(0, min=0, help="Devices' requests and uploads a server takes at once, as over HTTP "
+                                                 "(each upload batch its own challenge with --bound); 0: all the "
+                                                 "round's at once."),
     ) -> None:
         """Server seconds and bytes per round with the servers' upload verification against the
         same round without it, cuckoo+relay and full layouts (ratios within one run;
@@ -37,7 +40,8 @@ def register(bench_app: typer.Typer) -> None:
         if size not in SIZES or not chosen or any(x not in ("cuckoo", "full") for x in chosen):
             fail(f"--size must be one of {', '.join(sorted(SIZES))} and --layouts of cuckoo, full; got {size!r}, "
                  f"{layouts!r}")
-        lines = measure(users, repeats, size=size, layouts=chosen, bound=bound, workers=workers or None, roles=roles)
+        lines = measure(users, repeats, size=size, layouts=chosen, bound=bound, workers=workers or None, roles=roles,
+                        batch=batch or None)
         if as_json:
             for line in lines:
                 typer.echo(json.dumps(line))
@@ -56,7 +60,7 @@ def register(bench_app: typer.Typer) -> None:
                              f"{r[prefix + 'device_upload_ratio']:.3f}",
                              f"{c['server_bytes']:,.0f} / {u['server_bytes']:,.0f}",
                              f"{r[prefix + 'server_bytes_ratio']:.3f}"])
-        threads = f", {workers} threads" if workers else ""
+        threads = (f", {workers} threads" if workers else "") + (f", batches of {batch}" if batch else "")
         print_table(f"secemb bench robust ({size}, {users} devices per round{threads}, median of {repeats}; checked / "
                     "unchecked)",
                     [("layout", "left"), ("server s / round", "right"), ("ratio", "right"),
