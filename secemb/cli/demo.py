@@ -140,7 +140,9 @@ def register(app: typer.Typer) -> None:
         table.add_row("upload / user / round", f"{result.upload_bytes_per_user_round:,.0f} B")
         table.add_row("download / user / round", f"{result.download_bytes_per_user_round:,.0f} B")
         table.add_row("device compute / round", f"{result.user_ms_per_round:.3f} ms")
-        table.add_row("round wall time" if network else "server compute / round", f"{result.server_s_per_round:.4f} s")
+        # the slower server's seconds in its protocol role's calls, a round: in process and over HTTP alike (the
+        # servers' own round outcomes there); not the round's wall time, which the devices' steps and waits fill
+        table.add_row("server compute / round (slower server)", f"{result.server_s_per_round:.4f} s")
         table.add_row("rounds", str(result.rounds))
         if network:
             table.add_row("aborted rounds (retried)", str(getattr(result, "aborted_rounds", 0)))
