@@ -5,7 +5,7 @@ for a full example)::
 
     [server]    party (required), host, port, peer_url (required), state_dir (required),
                 auth_window_s, peer_timeout_s, max_body_bytes, read_timeout_s, max_connections,
-                max_body_reads, requests_per_s, max_nonces, docs (serve /docs and /openapi.json),
+                max_body_reads, requests_per_s, max_nonces, batch_wait_ms, docs (serve /docs and /openapi.json),
                 insecure_http (plain HTTP, loopback only -- host and peer_url; default false: TLS)
     [tls]       ca, cert, key -- PEM files written by ``secemb admin init`` (required unless
                 insecure_http)
@@ -102,6 +102,7 @@ _SECTIONS: dict[str, dict[str, str]] = {
         "max_body_reads": "max_body_reads",
         "requests_per_s": "requests_per_s",
         "max_nonces": "max_nonces",
+        "batch_wait_ms": "batch_wait_ms",
         "docs": "docs",
         "insecure_http": "insecure_http",
     },
@@ -245,6 +246,9 @@ class ServerConfig(BaseModel):
     requests_per_s: _PositiveNumber = Field(50.0, description="a positive number")
     #: unexpired nonces remembered at most (~220 bytes each); a full memory answers 503
     max_nonces: StrictInt = Field(262_144, ge=1024, description="an int >= 1024")
+    #: milliseconds a batch of device (and relayed) messages waits for more while they arrive together, so that
+    #: concurrent devices share one evaluation (:class:`~secemb.server.rounds.Batcher`); a lone device never waits
+    batch_wait_ms: _NonNegativeNumber = Field(5.0, le=1000, description="a number in [0, 1000] (milliseconds)")
     #: serve the interactive API docs (/docs) and the schema (/openapi.json); off by default
     docs: StrictBool = Field(False, description="true or false")
     #: plain HTTP instead of TLS (refused unless ``host`` is a loopback address)

@@ -63,8 +63,9 @@ class FollowerNode(FollowerRelay):
             self.staged = staged
         else:
             self._drop_staged()  # none, or of a round that ended otherwise
-        self._relay_batch = Batcher(by_round(self.peer_relay_retrieval_many))
-        self._relay_upload_batch = Batcher(by_round(self.peer_relay_upload_many))
+        wait = self.cfg.batch_wait_ms / 1e3  # server 0's concurrent forwards share an evaluation (Batcher)
+        self._relay_batch = Batcher(by_round(self.peer_relay_retrieval_many), wait_s=wait)
+        self._relay_upload_batch = Batcher(by_round(self.peer_relay_upload_many), wait_s=wait)
         self._share_lock = threading.Lock()
         #: one bound check request at a time: the role's "each proof answered once" is a check
         #: and an update with the verifier computation between them (two concurrent requests

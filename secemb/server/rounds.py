@@ -122,13 +122,22 @@ class Batcher:
     exception, raised in its caller's thread; ``fn`` returns one result per item, else every
     caller of the batch gets a ``RuntimeError``).  One worker thread, started by a call when none
     runs and ended after ``idle_s`` seconds without one: an idle batcher holds no thread, and no
-    thread keeps ``fn``'s owner (a server node) alive after its last use."""
+    thread keeps ``fn``'s owner (a server node) alive after its last use.
 
-    def __init__(self, fn: Callable[[list[Any]], list[Any]], max_batch: int = 256, idle_s: float = 2.0) -> None:
-        self._fn, self._max, self._idle = fn, max_batch, idle_s
+    A batch is the first waiting call and every call queued behind it, at most ``max_batch``.
+    With ``wait_s > 0`` a batch also takes the calls that arrive within ``wait_s`` of its first
+    one's being taken, but only while calls come together -- this batch already holds two or the
+    last one did: a lone caller (one device, a test's sequential calls) is never held back, and
+    concurrent callers share fewer, larger calls of ``fn`` (a server pays passes over its table
+    and aggregate per call: docs/deployment.md, "Batching")."""
+
+    def __init__(self, fn: Callable[[list[Any]], list[Any]], max_batch: int = 256, idle_s: float = 2.0,
+                 wait_s: float = 0.0) -> None:
+        self._fn, self._max, self._idle, self._wait = fn, max_batch, idle_s, wait_s
         self._q: queue.Queue[tuple[Any, Future]] = queue.Queue()
         self._lock = threading.Lock()
         self._running = False  # a worker runs or is starting; changed under _lock
+        self._last = 0  # the last batch's size (the worker's own)
 
     def __call__(self, item: Any) -> Any:
         fut: Future = Future()
@@ -142,6 +151,17 @@ class Batcher:
             raise out
         return out
 
+    def _fill(self, batch: list[tuple[Any, Future]]) -> None:
+        """Add to ``batch`` the calls queued behind its first one and, while calls come together
+        (``wait_s``: class docstring), those that arrive within ``wait_s``, up to ``max_batch``."""
+        until = time.monotonic() + self._wait
+        while len(batch) < self._max:
+            left = until - time.monotonic() if self._wait > 0 and max(len(batch), self._last) > 1 else 0.0
+            try:
+                batch.append(self._q.get(timeout=left) if left > 0 else self._q.get_nowait())
+            except queue.Empty:
+                return
+
     def _run(self) -> None:
         while True:
             try:
@@ -152,11 +172,8 @@ class Batcher:
                         self._running = False
                         return
                 continue
-            while len(batch) < self._max:
-                try:
-                    batch.append(self._q.get_nowait())
-                except queue.Empty:
-                    break
+            self._fill(batch)
+            self._last = len(batch)
             try:
                 results = self._fn([item for item, _ in batch])
                 if len(results) != len(batch):  # a caller left without its result would wait forever

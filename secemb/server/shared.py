@@ -43,9 +43,10 @@ class Node(Alarms, Retrieval, Combine):
     def __init__(self, cfg: ServerConfig, *, store: StateStore | None = None, protocol: Protocol | None = None,
                  model: RecModel | None = None, _noise_rng: RandomBytes | None = None) -> None:
         super().__init__(cfg, store=store, protocol=protocol, model=model, _noise_rng=_noise_rng)
-        self._retrieve_batch = Batcher(by_round(self.retrieval_many))
-        self._upload_batch = Batcher(by_round(self.upload_many))
-        self._proof_batch = Batcher(by_round(self.proof_many))
+        wait = cfg.batch_wait_ms / 1e3  # concurrent devices' messages share an evaluation (Batcher)
+        self._retrieve_batch = Batcher(by_round(self.retrieval_many), wait_s=wait)
+        self._upload_batch = Batcher(by_round(self.upload_many), wait_s=wait)
+        self._proof_batch = Batcher(by_round(self.proof_many), wait_s=wait)
         #: the round document's parts fixed while a round, its config and its DENSE message are
         #: (:meth:`_round_doc`), computed once rather than for every device's request
         self._doc_parts: _DocParts | None = None
