@@ -20,7 +20,7 @@ from secemb.cli._run_options import (DEFAULTS, MODEL_OPTIONS, TRAINING_OPTIONS, 
 #: the command's own options every protocol takes (where and how it runs, output, display)
 _OUTPUT = ("protocol", "config", "network", "concurrency", "json_out", "force", "quiet")
 #: the command's options only the two-server path uses (beyond Experiment's fields)
-_TWO_SERVER = {"reproducible", "deadline", "workdir"}
+_TWO_SERVER = {"reproducible", "deadline", "workdir", "batch_wait_ms"}
 
 
 def register(app: typer.Typer) -> None:
@@ -58,6 +58,9 @@ def register(app: typer.Typer) -> None:
         force: Annotated[bool, typer.Option("--force", help="Replace an existing --json-out file.")] = False,
         concurrency: Annotated[int, typer.Option(min=1, help="Devices running at the same time.")] = 8,
         deadline: Annotated[float, typer.Option(min=0.1, help="Round deadline, seconds.")] = 120.0,
+        batch_wait_ms: Annotated[float | None, typer.Option(min=0.0, max=1000.0, help=(
+            "--network: how long each server's batch of device messages waits for more while they come together "
+            "(docs/deployment.md, \"Batching\"). Default: the servers' own, 5; 0: no wait."))] = None,
         workdir: Annotated[
             Path | None, typer.Option(help="Keep server configs, state and logs here (empty dir).")
         ] = None,
@@ -100,6 +103,8 @@ def register(app: typer.Typer) -> None:
             return
         refuse_exchange_options(ctx, protocol, {f.name for f in fields(Experiment)} | set(_OUTPUT) | _TWO_SERVER)
         console = make_console()
+        if batch_wait_ms is not None and not network:
+            fail("--batch-wait-ms is a setting of the servers: it applies with --network only")
         try:
             exp = Experiment.from_options(run_options(ctx))
             if network:
@@ -120,8 +125,8 @@ def register(app: typer.Typer) -> None:
             with progress:
                 if network:
                     result = run_networked_experiment(
-                        exp, workdir=workdir, concurrency=concurrency, deadline_s=deadline, on_start=on_start,
-                        on_round=on_round, on_epoch=on_epoch, on_cluster=on_cluster,
+                        exp, workdir=workdir, concurrency=concurrency, deadline_s=deadline, batch_wait_ms=batch_wait_ms,
+                        on_start=on_start, on_round=on_round, on_epoch=on_epoch, on_cluster=on_cluster,
                         device_randomness="reproducible" if reproducible else "private",
                     )
                 else:

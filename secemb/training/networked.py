@@ -43,6 +43,7 @@ def run_networked_experiment(
     workdir: str | os.PathLike | None = None,
     concurrency: int = 8,
     deadline_s: float = 120.0,
+    batch_wait_ms: float | None = None,
     device_randomness: DeviceRandomness = "private",
     on_start: Callable[[dict[str, Any]], None] | None = None,
     on_round: Callable[[RoundStats], None] | None = None,
@@ -52,7 +53,8 @@ def run_networked_experiment(
     """Start both servers (fresh state under ``workdir``, a temporary directory by
     default), train, stop the servers; the result.
 
-    ``concurrency``: devices running at the same time; ``device_randomness``: where the
+    ``concurrency``: devices running at the same time; ``batch_wait_ms``: the servers'
+    ``[server] batch_wait_ms`` (``None``: their default); ``device_randomness``: where the
     devices' private draws come from (:data:`~secemb.sim.settings.DeviceRandomness`).
     ``on_cluster`` is called with the running :class:`~secemb.sim.cluster.LocalCluster` (its
     URLs, logs).
@@ -63,7 +65,9 @@ def run_networked_experiment(
     secemb.sim.driver.RoundAborted
     """
     built = build_experiment(exp)
-    backend = {} if exp.backend == "serial" else {"backend": exp.backend, "workers": exp.workers}
+    backend: dict[str, Any] = {} if exp.backend == "serial" else {"backend": exp.backend, "workers": exp.workers}
+    if batch_wait_ms is not None:
+        backend["batch_wait_ms"] = batch_wait_ms
     return train_on_local_cluster(
         built.model, built.protocol, built.train_data, built.test_data, built.config, workdir=workdir,
         features=built.features, server_options=backend, concurrency=concurrency, deadline_s=deadline_s,
