@@ -62,6 +62,9 @@ Held (plain tests)
 * A HELLO with a modulus of another size is refused (InvalidMessage) and nothing is kept: the genuine
   HELLO is taken after it -- with the deployment's roster pin and without it (the size check then the
   only one in the way).
+* Over the app (``secemb serve``'s, in process): at every SFSL stage each of three devices sends its
+  message four times at once, the server closing the stages itself -- one copy a device taken (204), the
+  others 400/409, never a 5xx, each stage closed once all had sent, the round committed with all three.
 * An honest round document is read whole, and one past the answer limit is refused undecoded.
 * A small description of a model without GREC inference is refused with a documented error.
 * Every server answer of an SFSL round and of a SecEA set-up and round, mutated -- cut to its header,
@@ -93,11 +96,14 @@ Mutations (a scratch copy of the package, one at a time, restored; which tests f
   (disabling one of its two checks alone is equivalent: the other holds).
 * M4 ``representation_for`` taking any model: the small-DIN test (``AttributeError``).
 * M5 ``SecEAClient.answer`` without ``n >= num_clients``: the SecEA fuzz (``KeyError``).
+* M6 ``SecAggServer._sender`` without its duplicate check, M7 ``StageCloser.receive`` without its
+  close once every device sent: the concurrent-copies test.
 * The five findings' fixes sketched in the scratch copy (the HELLO's length checked before
   ``read_hello``, a 1 MiB round-document limit, a model check before the dense vector, a bound on
   ``num_items`` / ``num_buckets`` in ``RoundInfo.from_doc``, the download request checked against the
   union): each strict xfail XPASSed, every held test still passed.
-Network: none (the exchange node in process, the device's HTTP client over ``httpx.MockTransport``).
+Network: none (the exchange app in process behind Starlette's test client, the device's HTTP client
+over ``httpx.MockTransport``).
 """
 
 from __future__ import annotations
@@ -106,7 +112,10 @@ import copy
 import json
 import os
 import struct
+import sys
+import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -135,6 +144,9 @@ from secemb.transport import network
 from secemb.transport.http import HttpStageLink
 from secemb.transport.limits import ANSWER_FLOOR_BYTES
 from secemb.transport.network import ApiClient
+
+sys.path[:0] = [str(Path(__file__).parents[1] / "server")]  # the exchange app's signed test client
+from test_exchange_attacks import http_of  # type: ignore[import-not-found]  # noqa: E402
 
 KEY_BITS = 1024  # the smallest Paillier modulus a deployment takes
 SETS = [[1, 4, 9], [4, 7], [1, 7, 9, 12]]
@@ -342,11 +354,17 @@ def sfsl() -> SFSLProtocol:
     return SFSLProtocol(ExchangeRun("taobao-mini", users_per_round=3), sfsl_preset="CPP2", batch=8, data=clicks)
 
 
-def _sfsl_round(sfsl: SFSLProtocol) -> tuple[SFSLNode, dict[int, Party]]:
-    """A node pinning the run's roster with round 1 of :data:`SILOS` open, and their parties."""
+def _sfsl_node(sfsl: SFSLProtocol) -> SFSLNode:
+    """A fresh node of ``sfsl``'s deployment, pinning the run's roster."""
     node = sfsl.make_server().node
     assert isinstance(node, SFSLNode)
     node.pin = sfsl.roster.pin
+    return node
+
+
+def _sfsl_round(sfsl: SFSLProtocol) -> tuple[SFSLNode, dict[int, Party]]:
+    """A node (:func:`_sfsl_node`) with round 1 of :data:`SILOS` open, and their parties."""
+    node = _sfsl_node(sfsl)
     doc = node.open_round(1, SILOS)
     return node, {u: sfsl.make_device(u).party(doc) for u in SILOS}
 
@@ -373,6 +391,45 @@ def test_an_sfsl_download_request_outside_the_rounds_union_is_refused(sfsl: SFSL
     with pytest.raises(InvalidMessage):
         node.receive(1, "download", 0, every)
     node.receive(1, "download", 0, parties[0].message("download"))
+
+
+# ------------------------------------------------------------------ held: concurrent duplicates over HTTP
+
+def _copies_at_once(http: Any, stage: str, bodies: dict[int, bytes], copies: int) -> list[tuple[int, int]]:
+    """Each device's body of round 1's ``stage`` sent ``copies`` times at once (a thread a copy);
+    ``(device, status)`` of each."""
+    sent: list[tuple[int, int]] = []
+
+    def send(u: int) -> None:
+        sent.append((u, http.send(u, 1, stage, bodies[u])))
+
+    threads = [threading.Thread(target=send, args=(u,)) for u in bodies for _ in range(copies)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return sent
+
+
+def test_concurrent_copies_of_each_message_under_a_stage_deadline_take_one_and_the_round_commits(
+        sfsl: SFSLProtocol) -> None:
+    """Over the app (in process, signed requests): at every stage each device sends its message four
+    times at once from four threads, the server closing each stage itself once every device has
+    sent (``stage_deadline_s``).  Exactly one copy a device is taken (204), the others refused with
+    a 4xx (400 duplicate; 409 once the stage closed), never a 5xx; the round commits with every device."""
+    http = http_of(_sfsl_node(sfsl), num_users=8, stage_deadline_s=60.0)
+    doc = http.open(1, SILOS)
+    parties = {u: sfsl.make_device(u).party(doc) for u in SILOS}
+    for stage in SFSL_PLAN.stages:
+        sent = _copies_at_once(http, stage, {u: party.message(stage) for u, party in parties.items()}, 4)
+        assert len(sent) == 12 and sorted(u for u, status in sent if status == 204) == SILOS, (stage, sent)
+        assert all(status in (204, 400, 409) for _, status in sent), (stage, sent)
+        now = http.call(0, "GET", "/v1/exchange/round").json()
+        assert now["stage"] != stage, (stage, now)  # closed by the server once all three had sent
+        if SFSL_PLAN.replies(stage):
+            for u, party in parties.items():
+                party.accept(stage, http.fetch(u, 1, stage))
+    assert http.outcome(1)["state"] == "committed" and http.outcome(1)["survivors"] == SILOS
 
 
 # ------------------------------------------------------------------ held: a device reading mutated answers
