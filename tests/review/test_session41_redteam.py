@@ -56,6 +56,16 @@ Findings
   table: on Taobao (143,534 goods, 4,815 categories, d = 18; ``reply_bytes``) a 574 kB request is kept
   as a 10.9 MB reply (19x; an honest one is ~0.2 MB, the dense layers), per device of the round.
   ``test_an_sfsl_download_request_outside_the_rounds_union_is_refused``.
+* **S41-R6 (low-medium: availability; any silo of a SecEA round).**
+  :meth:`SecEAServer.read_answer <secemb.protocols.secea.parties.SecEAServer.read_answer>` (the node's
+  check at receipt) reads an ANSWER's ciphertexts without checking them against the requester's key;
+  the server's mask at the close does (``0 < c < n^2``) and raises InvalidMessage, which aborts the
+  round for every silo: "round 1 aborted at secea-answer: a ciphertext is out of range for the
+  recipient's key" -- naming no silo, striking none.  With more silos than the ``2(K+T-1)+1`` answers
+  needed, a silo that sends nothing is a dropout and the round commits; one that sends a ciphertext 0
+  aborts every round it is in, unattributed.  (SecEA's threat model is honest-but-curious silos; the
+  deployment's node refuses every other malformed message at receipt, and this check is as cheap.)
+  ``test_a_secea_answer_with_a_ciphertext_out_of_range_is_refused_at_receipt_and_the_round_commits``.
 
 Held (plain tests)
 ------------------
@@ -98,10 +108,11 @@ Mutations (a scratch copy of the package, one at a time, restored; which tests f
 * M5 ``SecEAClient.answer`` without ``n >= num_clients``: the SecEA fuzz (``KeyError``).
 * M6 ``SecAggServer._sender`` without its duplicate check, M7 ``StageCloser.receive`` without its
   close once every device sent: the concurrent-copies test.
-* The five findings' fixes sketched in the scratch copy (the HELLO's length checked before
+* The six findings' fixes sketched in the scratch copy (the HELLO's length checked before
   ``read_hello``, a 1 MiB round-document limit, a model check before the dense vector, a bound on
   ``num_items`` / ``num_buckets`` in ``RoundInfo.from_doc``, the download request checked against the
-  union): each strict xfail XPASSed, every held test still passed.
+  union, the ANSWER's ciphertexts checked in ``read_answer``): each strict xfail XPASSed, every held
+  test still passed.
 Network: none (the exchange app in process behind Starlette's test client, the device's HTTP client
 over ``httpx.MockTransport``).
 """
@@ -391,6 +402,49 @@ def test_an_sfsl_download_request_outside_the_rounds_union_is_refused(sfsl: SFSL
     with pytest.raises(InvalidMessage):
         node.receive(1, "download", 0, every)
     node.receive(1, "download", 0, parties[0].message("download"))
+
+
+# ------------------------------------------------------------------ S41-R6: a SecEA ANSWER's ciphertexts
+
+def _zero_first_ciphertext(answer: bytes) -> bytes:
+    """A silo's ANSWER with its first ciphertext (of its block for the first requester) made 0, out
+    of every key's range: body ``u16 requesters``, then a block ``u16 requester, u32 queries, u16
+    chunks`` and its ciphertexts, each ``2 * KEY_BITS / 8`` bytes (the key's ``n^2``)."""
+    header, body = secea_wire.unpack(answer, secea_wire.ANSWER)
+    first = 2 + 2 + 4 + 2
+    return secea_wire.pack(header, body[:first] + bytes(KEY_BITS // 4) + body[first + KEY_BITS // 4:])
+
+
+@pytest.mark.xfail(strict=True, reason="S41-R6: SecEA's node keeps an ANSWER whose ciphertext is out of its key's "
+                                       "range; the close then aborts the round for every silo, naming none")
+def test_a_secea_answer_with_a_ciphertext_out_of_range_is_refused_at_receipt_and_the_round_commits() -> None:
+    """Four silos, three answers needed (``2(K+T-1)+1``): silo 3 answers with a ciphertext 0 (the
+    server's mask refuses it: out of the key's range).  The node can see that at receipt, so it
+    refuses it there (InvalidMessage, nothing kept), and the round commits with the three others, as
+    when silo 3 sends nothing -- rather than keeping it and aborting every silo's round at the close."""
+    roster, sets = Roster.generate(), [*SETS, [4, 9]]
+    params, bloom = SecEAParams(4, 1, dim=2), union_bloom(16, sum(map(len, sets)))
+    assert params.needed_answers == 3
+    clients = [SecEAClient(i, params, np.array(s), key_bits=KEY_BITS, identity=roster.enroll(i))
+               for i, s in enumerate(sets)]
+    node = SecEANode(params, bloom, key_bits=KEY_BITS, pin=roster.pin)
+    silos = list(range(4))
+    node.open_round(0, silos)
+    _play(node, SECEA_SETUP_PLAN, 0, {i: SecEASetupParty(c, bloom, 0) for i, c in enumerate(clients)})
+    node.open_round(1, silos)
+    parties = {i: SecEAParty(c, 1, np.ones((len(sets[i]), 2))) for i, c in enumerate(clients)}
+    for u, party in parties.items():
+        node.receive(1, "secea-share", u, party.message("secea-share"))
+    node.close(1, "secea-share")
+    for u, party in parties.items():
+        party.accept("secea-share", node.reply(1, "secea-share", u))
+    answers = {u: party.message("secea-answer") for u, party in parties.items()}
+    with pytest.raises(InvalidMessage):
+        node.receive(1, "secea-answer", 3, _zero_first_ciphertext(answers[3]))
+    for u in (0, 1, 2):
+        node.receive(1, "secea-answer", u, answers[u])
+    node.close(1, "secea-answer")
+    assert node.outcome(1)["state"] == "committed" and node.outcome(1)["answered"] == [0, 1, 2]
 
 
 # ------------------------------------------------------------------ held: concurrent duplicates over HTTP
