@@ -133,24 +133,27 @@ import httpx
 import numpy as np
 import pytest
 
-from secemb.data.ctr import TaobaoShaped, split_clicks
+from secemb.client.device import DeviceClient, RoundSession
+from secemb.client.inference import infer_remote
 from secemb.errors import InvalidMessage, InvalidParameters, SecembError
 from secemb.framing import HEADER_BYTES
 from secemb.inference.mechanism import GaussianLDP
-from secemb.protocols.exchange import ExchangeRun
+from secemb.models import get_model
+from secemb.protocols import get_protocol
 from secemb.protocols.secea import paillier as secea_paillier
 from secemb.protocols.secea import wire as secea_wire
 from secemb.protocols.secea.coding import SecEAParams
 from secemb.protocols.secea.parties import SIGNED_BYTES, SecEAClient
 from secemb.protocols.secea.staged import SECEA_ROUND_PLAN, SECEA_SETUP_PLAN, SecEANode, SecEAParty, SecEASetupParty
 from secemb.protocols.secea.union import union_bloom
-from secemb.protocols.sfsl.protocol import SFSLProtocol
 from secemb.protocols.sfsl import wire as sfsl_wire
+from secemb.protocols.sfsl.protocol import SFSLProtocol
 from secemb.protocols.sfsl.staged import SFSL_PLAN, SFSLNode
 from secemb.protocols.stages import RoundPlan
 from secemb.secagg.identity import Roster
 from secemb.secagg.keys import KEY_BYTES
 from secemb.secagg.psu import read_union
+from secemb.sim.local import InProcessServers, LocalServerLink
 from secemb.transport import network
 from secemb.transport.http import HttpStageLink
 from secemb.transport.limits import ANSWER_FLOOR_BYTES
@@ -165,10 +168,6 @@ SILOS = [0, 1, 2]
 
 
 # ------------------------------------------------------------------ S41-R1: a HELLO's modulus
-
-def _silo(roster: Roster) -> SecEAClient:
-    return SecEAClient(0, SecEAParams(3, 1, dim=2), np.array(SETS[0]), key_bits=KEY_BITS, identity=roster.enroll(0))
-
 
 def _node(pinned: Roster | None) -> SecEANode:
     node = SecEANode(SecEAParams(3, 1, dim=2), union_bloom(16, 9), key_bits=KEY_BITS,
@@ -189,7 +188,8 @@ def _with_modulus(hello: bytes, modulus_bytes: int) -> bytes:
 def hello() -> tuple[Roster, bytes]:
     """A roster and silo 0's genuine signed HELLO of set-up 0 under it."""
     roster = Roster.generate()
-    return roster, _silo(roster).hello(0)
+    silo = SecEAClient(0, SecEAParams(3, 1, dim=2), np.array(SETS[0]), key_bits=KEY_BITS, identity=roster.enroll(0))
+    return roster, silo.hello(0)
 
 
 @pytest.mark.parametrize("pinned", [True, False], ids=["roster pinned", "no pin"])
@@ -272,7 +272,7 @@ def test_a_round_document_past_the_answer_limit_is_refused_undecoded(monkeypatch
 def test_a_round_document_far_longer_than_an_honest_one_is_refused_undecoded(monkeypatch: pytest.MonkeyPatch) -> None:
     """8 MiB of round document (its ``users`` a list of 4 million zeros; an honest one here is
     0.4 kB, and one of 100,000 devices a round ~0.8 MB) is refused before the JSON decoder sees it:
-    JSON decoding costs ~5-25x the bytes (:data:`S41-R2 <__doc__>`)."""
+    JSON decoding costs ~5-25x the bytes (the module docstring's S41-R2)."""
     decoded: list[int] = []
     body = json.dumps(_document([0] * (4 << 20))).encode()
     assert len(body) > 8 << 20
@@ -299,8 +299,6 @@ class _Describing:
 
 
 def _infer(model: dict[str, Any]) -> None:
-    from secemb.client.inference import infer_remote
-
     infer_remote(_Describing(model), np.zeros(16), GaussianLDP(1.0, 1e-5, 1.0), None)
 
 
@@ -329,11 +327,6 @@ def test_a_round_document_announcing_a_layout_beyond_any_deployment_is_refused_c
     buckets over 40 items (8 B a bucket): what ``Device.participate`` builds before its first
     request refuses it with a :class:`~secemb.errors.SecembError` (as the inference description
     refuses more than ``MAX_ITEMS`` items), never ``MemoryError``."""
-    from secemb.client.device import DeviceClient, RoundSession
-    from secemb.models import get_model
-    from secemb.protocols import get_protocol
-    from secemb.sim.local import InProcessServers, LocalServerLink
-
     settings = {"num_items": 40, "num_users": 30, "model": "mf", "model_hparams": {"dim": 4}, "m_prime": 4,
                 "protocol": "secemb", "layout": "cuckoo", "relay": True, "min_users": 2,
                 "protocol_options": {"bound": False}}
@@ -358,15 +351,9 @@ def test_a_round_document_announcing_a_layout_beyond_any_deployment_is_refused_c
 
 # ------------------------------------------------------------------ S41-R5: SFSL's download request
 
-@pytest.fixture(scope="module")
-def sfsl() -> SFSLProtocol:
-    """SFSL of taobao-mini's first 8 users (CPP2, batch 8, 3 users a round), in process."""
-    clicks = split_clicks(TaobaoShaped("taobao-mini", seed=3).clients(np.arange(8)))
-    return SFSLProtocol(ExchangeRun("taobao-mini", users_per_round=3), sfsl_preset="CPP2", batch=8, data=clicks)
-
-
 def _sfsl_node(sfsl: SFSLProtocol) -> SFSLNode:
-    """A fresh node of ``sfsl``'s deployment, pinning the run's roster."""
+    """A fresh node of ``sfsl``'s deployment (tests/review/conftest.py's: taobao-mini, 3 devices a
+    round), pinning the run's roster."""
     node = sfsl.make_server().node
     assert isinstance(node, SFSLNode)
     node.pin = sfsl.roster.pin
