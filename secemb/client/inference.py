@@ -26,10 +26,11 @@ from secemb.errors import InvalidMessage, InvalidParameters
 from secemb.inference.denoiser import Denoiser
 from secemb.inference.mechanism import GaussianLDP
 from secemb.inference.releases import ReleaseLedger
-from secemb.inference.representation import representation_for
+from secemb.inference.representation import has_representation, representation_for
 from secemb.inference.service import InferenceDevice
 from secemb.models import RecModel, announced_model
 from secemb.randomness import RandomBytes
+from secemb.transport.limits import MAX_ITEMS
 
 __all__ = ["InferenceLink", "RemoteAnswer", "infer_remote"]
 
@@ -63,10 +64,6 @@ def _is_id(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-#: the most items a device accepts in a deployment's inference description: every catalogue
-#: the benchmarks use is far smaller (Yelp 93,386; ML-25M 62,423); a description beyond it is
-#: malformed rather than an order to allocate and score that many (8 B each, and the reply's)
-MAX_ITEMS = 1 << 26
 
 
 def _info_fields(info: Any) -> tuple[str, dict[str, Any], int, int, int, np.ndarray]:
@@ -147,6 +144,9 @@ def infer_remote(link: InferenceLink, params: np.ndarray, mechanism: GaussianLDP
         if denoiser is not None:
             raise InvalidParameters("a denoiser needs its recommender (recommender=)")
         model, dense = announced_model(name, hparams, "the server's inference description"), None
+        if not has_representation(model):  # before any array of its announced size (finding S41-R3)
+            raise InvalidMessage(f"the server's inference description announces {name!r}, which has no GREC "
+                                 "inference (mf, ncf, fm, deepfm)")
     else:
         model, dense, sha = recommender
         if model.name != name or sha != info.get("model_sha256"):

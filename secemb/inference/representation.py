@@ -33,7 +33,7 @@ from secemb.errors import InvalidParameters
 from secemb.models import NCF, DeepFM, FactorizationMachine, MatrixFactorization, RecModel
 from secemb.models.features import unpack_codes
 
-__all__ = ["Representation", "representation_for"]
+__all__ = ["Representation", "has_representation", "representation_for"]
 
 
 
@@ -186,6 +186,11 @@ class _DeepFMRep(_FMRep):
         return fm + z.numpy() @ v["o"] + float(v["o0"])
 
 
+def has_representation(model: RecModel) -> bool:
+    """Whether ``model`` has GREC inference (:func:`representation_for`): an MF, NCF, FM or DeepFM."""
+    return isinstance(model, MatrixFactorization | NCF | FactorizationMachine)  # DeepFM is an FM
+
+
 def representation_for(model: RecModel, dense: np.ndarray) -> Representation:
     """The :class:`Representation` of a trained MF, NCF, FM or DeepFM at ``dense``.
 
@@ -194,12 +199,12 @@ def representation_for(model: RecModel, dense: np.ndarray) -> Representation:
     InvalidParameters
         Another model (a sequential model has no GREC inference).
     """
+    if not has_representation(model):
+        raise InvalidParameters(f"GREC inference supports mf, ncf, fm and deepfm, not {model.name!r}")
     if isinstance(model, DeepFM):
         return _DeepFMRep(model, dense)
     if isinstance(model, FactorizationMachine):
         return _FMRep(model, dense)
     if isinstance(model, NCF):
         return _NCFRep(model, dense)
-    if isinstance(model, MatrixFactorization):
-        return Representation(model, dense)
-    raise InvalidParameters(f"GREC inference supports mf, ncf, fm and deepfm, not {model.name!r}")
+    return Representation(model, dense)  # MF

@@ -18,7 +18,7 @@ import httpx
 
 from secemb.errors import InvalidMessage
 from secemb.protocols.base import BOUND_CHALLENGE_BYTES
-from secemb.transport.limits import ANSWER_FLOOR_BYTES, answer_limit_for
+from secemb.transport.limits import ANSWER_FLOOR_BYTES, ROUND_DOCUMENT_BYTES, answer_limit_for
 from secemb.transport.network import ApiClient, answer_fields
 
 __all__ = ["HttpAdminLink", "HttpServerLink", "HttpStageAdmin", "HttpStageLink"]
@@ -38,7 +38,7 @@ class HttpServerLink:
         self.api = ApiClient(url, f"user:{self.user}", key, timeout=timeout, http=http, tls=tls)
 
     def round_info(self) -> dict[str, Any]:
-        doc: dict[str, Any] = self.api.get_json("/v1/round")
+        doc: dict[str, Any] = self.api.get_json("/v1/round", most_bytes=ROUND_DOCUMENT_BYTES)
         return doc
 
     def count(self, body: bytes) -> None:
@@ -179,7 +179,7 @@ class HttpStageLink:
         InvalidMessage: the server's answer is not one (:func:`_round_document`): the device
         reads nothing else of it.
         """
-        return _round_document(self.api.get_json("/v1/exchange/round"), current=True)
+        return _round_document(self.api.get_json("/v1/exchange/round", most_bytes=ROUND_DOCUMENT_BYTES), current=True)
 
     def close(self) -> None:
         self.api.close()
@@ -214,7 +214,7 @@ class HttpStageAdmin:
     def round_info(self) -> dict[str, Any]:
         """The current round's document, checked as a device checks it
         (:meth:`HttpStageLink.round_info`)."""
-        return _round_document(self.api.get_json("/v1/exchange/round"), current=True)
+        return _round_document(self.api.get_json("/v1/exchange/round", most_bytes=ROUND_DOCUMENT_BYTES), current=True)
 
     def strikes(self) -> dict[str, Any]:
         """The devices' strikes (:class:`~secemb.server.exchange_app.StageCloser`): ``strikes``

@@ -17,13 +17,26 @@ announced sizes (the margin covers headers and any slack in a bound, never an ho
 
 from __future__ import annotations
 
-__all__ = ["ANSWER_FLOOR_BYTES", "answer_limit", "answer_limit_for"]
+__all__ = ["ANSWER_FLOOR_BYTES", "MAX_BUCKETS_PER_ROW", "MAX_ITEMS", "ROUND_DOCUMENT_BYTES", "answer_limit",
+           "answer_limit_for"]
 
 #: the answer limit of a device and of the operator before they know the model's sizes (``secemb
 #: client``, ``secemb infer``, ``secemb admin``, :class:`~secemb.transport.network.ApiClient`'s
 #: default): every JSON document they read, and the floor of :func:`answer_limit_for` (a
 #: deviating server's endless or decompression-bomb answer is refused here)
 ANSWER_FLOOR_BYTES = 64 << 20
+#: the longest round document a device reads (``GET /v1/round``, ``GET /v1/exchange/round``), polled every
+#: fraction of a second: an honest one is ~0.4 kB plus ~8 B a device of the round, so 1 MiB holds rounds of
+#: 100,000 devices; at the floor above a deviating server could make each poll decode 64 MiB of JSON (~1.7
+#: GB of a phone's memory) or drip it for half an hour at the paced minimum (finding S41-R2)
+ROUND_DOCUMENT_BYTES = 1 << 20
+#: the most items a device accepts in a round document or an inference description: every catalogue the
+#: benchmarks use is far smaller (Yelp 93,386; ML-25M 62,423); beyond it an announcement is malformed rather
+#: than an order to build a layout (48 B an item) or score that many (findings S41-R3, S41-R4)
+MAX_ITEMS = 1 << 26
+#: the most cuckoo buckets a device accepts a row of m' (an honest round has ``ceil(expansion m')``, expansion
+#: 1.25 by default): a round document announcing more is malformed (finding S41-R4)
+MAX_BUCKETS_PER_ROW = 8
 
 
 def answer_limit_for(longest: int) -> int:

@@ -197,8 +197,10 @@ class ApiClient:
         json_body: Any = None,
         params: Mapping[str, Any] | None = None,
         timeout: float | None = None,
+        most_bytes: int | None = None,
     ) -> httpx.Response:
-        """Send a signed request; return the 2xx response.
+        """Send a signed request; return the 2xx response.  ``most_bytes``: this answer's limit
+        where it is below ``max_answer_bytes`` (or there is none).
 
         Raises
         ------
@@ -209,7 +211,7 @@ class ApiClient:
             :data:`MIN_ANSWER_RATE` after ``timeout`` seconds more.
         InvalidMessage
             An answer whose body does not decode by its ``Content-Encoding``, or longer than
-            ``max_answer_bytes``.
+            ``max_answer_bytes`` (or ``most_bytes``).
         """
         headers: dict[str, str] = {}
         if json_body is not None:
@@ -221,15 +223,16 @@ class ApiClient:
         if self.key_id is not None and self.key is not None:  # both or neither (__init__)
             headers.update(sign_headers(self.key_id, self.key, method, path, query, body))
         url = self.base_url + path + (f"?{query}" if query else "")
-        if self.max_answer_bytes is not None:
+        limit = self.max_answer_bytes if most_bytes is None else min(most_bytes, self.max_answer_bytes or most_bytes)
+        if limit is not None:
             headers["Accept-Encoding"] = "identity"
         seconds = timeout if timeout is not None else self._timeout
         try:
             req = self._http.build_request(method, url, content=body if body else None, headers=headers,
                                            timeout=seconds)
-            resp = self._http.send(req, stream=self.max_answer_bytes is not None)
-            if self.max_answer_bytes is not None:
-                resp = self._capped(resp, self.max_answer_bytes, seconds, f"{method} {self.base_url}{path}")
+            resp = self._http.send(req, stream=limit is not None)
+            if limit is not None:
+                resp = self._capped(resp, limit, seconds, f"{method} {self.base_url}{path}")
         except httpx.TransportError as exc:
             refused = isinstance(exc, httpx.ConnectError) and "refused" in str(exc).lower()
             hint = f" (nothing listens at {self.base_url}: is that server running?)" if refused else ""
@@ -280,10 +283,11 @@ class ApiClient:
         return httpx.Response(resp.status_code, headers=plain, content=b"".join(chunks), request=resp.request)
 
     # convenience -------------------------------------------------------------------------
-    def get_json(self, path: str, **params: Any) -> Any:
+    def get_json(self, path: str, *, most_bytes: int | None = None, **params: Any) -> Any:
         """The JSON document of a signed GET (:meth:`request`'s errors; InvalidMessage: a 2xx
-        answer that is not JSON)."""
-        return self._json("GET", path, self.request("GET", path, params=params or None))
+        answer that is not JSON); ``most_bytes``: read at most that many bytes of it (below
+        ``max_answer_bytes``: a document whose honest size is known)."""
+        return self._json("GET", path, self.request("GET", path, params=params or None, most_bytes=most_bytes))
 
     def post_json(self, path: str, doc: Any = None, **params: Any) -> Any:
         """POST ``doc`` as JSON; the answer's JSON document, ``None`` for an empty answer

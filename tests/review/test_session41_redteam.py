@@ -1,9 +1,15 @@
 """Session 41 red team (helper R): the one-server deployment (``secemb serve`` of SFSL and SecEA:
 :mod:`secemb.server.exchange_app`, the nodes it serves) against a malicious device, and the device SDK
 (:mod:`secemb.client`, :mod:`secemb.transport`) against a deviating server.  Each test asserts the safe
-behaviour; a strict xfail is a finding.
+behaviour; a strict xfail was a finding.
 
-Findings
+Findings (all six fixed by the lead in session 41; their tests were strict xfails at 13cd7ad and are plain
+tests since: S41-R1 ``public_key_from_bytes`` refuses a modulus by its length -- the deployment's
+``ceil(key_bits / 8)`` bytes, at most ``MAX_KEY_BITS`` -- before it is read; S41-R2 round documents read
+to ``ROUND_DOCUMENT_BYTES`` (1 MiB); S41-R3 ``infer_remote`` refuses a model without GREC inference before
+sizing it; S41-R4 ``RoundInfo.from_doc`` refuses more than ``MAX_ITEMS`` items or ``MAX_BUCKETS_PER_ROW``
+buckets a row; S41-R5 ``SFSLServer.reply`` takes the round's union and refuses goods outside it; S41-R6
+``SecEAServer.read_answer`` refuses a ciphertext outside ``(0, n^2)`` at receipt)
 --------
 * **S41-R1 (low-medium: availability; any enrolled SecEA silo, during a set-up's ``secea-keys``).**
   :meth:`SecEANode.receive <secemb.protocols.secea.staged.SecEANode.receive>` checks a HELLO's Paillier
@@ -203,8 +209,6 @@ def test_a_hello_of_another_modulus_size_is_refused_and_the_genuine_one_taken_af
     node.receive(0, "secea-keys", 0, genuine)  # nothing kept of the refused one: not a duplicate
 
 
-@pytest.mark.xfail(strict=True, reason="S41-R1: the server builds the Paillier key (n * n) of a HELLO's modulus "
-                                       "of any length before it checks the deployment's key size")
 def test_a_hello_whose_modulus_is_not_the_deployments_size_builds_no_key(
         hello: tuple[Roster, bytes], monkeypatch: pytest.MonkeyPatch) -> None:
     """The cost of refusing a HELLO must not grow with its modulus: a modulus of another size than
@@ -267,8 +271,6 @@ def test_a_round_document_past_the_answer_limit_is_refused_undecoded(monkeypatch
     assert decoded == []
 
 
-@pytest.mark.xfail(strict=True, reason="S41-R2: a round document is read and decoded up to the 64 MiB answer floor "
-                                       "(~25x that in memory), whatever the deployment's size")
 def test_a_round_document_far_longer_than_an_honest_one_is_refused_undecoded(monkeypatch: pytest.MonkeyPatch) -> None:
     """8 MiB of round document (its ``users`` a list of 4 million zeros; an honest one here is
     0.4 kB, and one of 100,000 devices a round ~0.8 MB) is refused before the JSON decoder sees it:
@@ -307,8 +309,6 @@ def test_a_small_description_of_a_model_without_grec_inference_is_refused_with_a
         _infer({"name": "din", "hparams": {"dim": 16, "num_categories": 1}})
 
 
-@pytest.mark.xfail(strict=True, reason="S41-R3: infer_remote sizes the announced model's dense vector before it "
-                                       "checks the model has GREC inference (MemoryError)")
 def test_an_inference_description_of_a_model_without_grec_inference_is_refused_before_its_dense_is_sized() -> None:
     """DIN's private size is its ``dim`` (16: the device's), its dense size grows with the announced
     categories: 10^12 of them are 1.6 * 10^13 dense values (128 TB), beyond any host -- a
@@ -319,8 +319,6 @@ def test_an_inference_description_of_a_model_without_grec_inference_is_refused_b
 
 # ------------------------------------------------------------------ S41-R4: a two-server round's layout sizes
 
-@pytest.mark.xfail(strict=True, reason="S41-R4: a round document's num_items / num_buckets are not bounded: "
-                                       "prepare builds a layout of the announced size (MemoryError)")
 @pytest.mark.parametrize("field,value", [("num_items", 2**50), ("num_buckets", 2**50)])
 def test_a_round_document_announcing_a_layout_beyond_any_deployment_is_refused_cleanly(field: str, value: int) -> None:
     """Both servers announce a cuckoo round of 2^50 items (the layout: 48 B an item) or 2^50
@@ -367,8 +365,6 @@ def _sfsl_round(sfsl: SFSLProtocol) -> tuple[SFSLNode, dict[int, Party]]:
     return node, {u: sfsl.make_device(u).party(doc) for u in SILOS}
 
 
-@pytest.mark.xfail(strict=True, reason="S41-R5: SFSL's node answers a download request for goods outside the round's "
-                                       "union (every goods: the whole table, ~19x the request, kept per device)")
 def test_an_sfsl_download_request_outside_the_rounds_union_is_refused(sfsl: SFSLProtocol) -> None:
     """An honest request S'' is a subset of the PSU's union (Algorithm 2); device 0 asking for every
     goods is refused (InvalidMessage) and nothing kept -- its genuine request is taken after."""
@@ -402,8 +398,6 @@ def _zero_first_ciphertext(answer: bytes) -> bytes:
     return secea_wire.pack(header, body[:first] + bytes(KEY_BITS // 4) + body[first + KEY_BITS // 4:])
 
 
-@pytest.mark.xfail(strict=True, reason="S41-R6: SecEA's node keeps an ANSWER whose ciphertext is out of its key's "
-                                       "range; the close then aborts the round for every silo, naming none")
 def test_a_secea_answer_with_a_ciphertext_out_of_range_is_refused_at_receipt_and_the_round_commits() -> None:
     """Four silos, three answers needed (``2(K+T-1)+1``): silo 3 answers with a ciphertext 0 (the
     server's mask refuses it: out of the key's range).  The node can see that at receipt, so it

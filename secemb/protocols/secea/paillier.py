@@ -28,7 +28,8 @@ from secemb.errors import InvalidMessage, InvalidParameters
 from secemb.protocols.secea.field import P
 from secemb.randomness import RandomBytes
 
-__all__ = ["SIGMA", "SLOT_BITS", "MIN_KEY_BITS", "PublicKey", "generate_keypair", "public_key_from_bytes"]
+__all__ = ["SIGMA", "SLOT_BITS", "MIN_KEY_BITS", "MAX_KEY_BITS", "PublicKey", "generate_keypair",
+           "public_key_from_bytes"]
 
 SIGMA = 40
 """Statistical security of the integer flooding (bits)."""
@@ -36,6 +37,9 @@ SLOT_BITS = SIGMA + 63
 """Bits per packed field element."""
 MIN_KEY_BITS = 1024
 """Smallest modulus accepted (tests use it; the default of the parties is 2048)."""
+MAX_KEY_BITS = 16384
+"""Largest modulus accepted: a longer one is refused by its length, before it is read as a number
+(building a key squares its modulus: seconds for a megabyte; finding S41-R1)."""
 
 _SLOT_MASK = (1 << SLOT_BITS) - 1
 
@@ -150,8 +154,14 @@ def generate_keypair(bits: int = 2048) -> tuple[PublicKey, paillier.PaillierPriv
     return PublicKey(public), private
 
 
-def public_key_from_bytes(data: bytes) -> PublicKey:
-    """Parse :meth:`PublicKey.to_bytes`; refuses a modulus under :data:`MIN_KEY_BITS` or an even one."""
+def public_key_from_bytes(data: bytes, bits: int | None = None) -> PublicKey:
+    """Parse :meth:`PublicKey.to_bytes`; refuses a modulus under :data:`MIN_KEY_BITS` or an even one,
+    and, by its length before it is read, one of more than :data:`MAX_KEY_BITS` bits or (``bits``)
+    of another length than a ``bits``-bit modulus's ``ceil(bits / 8)`` bytes."""
+    most = -(-MAX_KEY_BITS // 8) if bits is None else -(-bits // 8)
+    if len(data) > most or (bits is not None and len(data) != most):
+        raise InvalidMessage(f"Paillier modulus refused ({len(data)} bytes; "
+                             + (f"at most {most})" if bits is None else f"a {bits}-bit one has {most})"))
     n = int.from_bytes(data, "big")
     if n.bit_length() < MIN_KEY_BITS or n % 2 == 0:
         raise InvalidMessage(f"Paillier modulus refused ({n.bit_length()} bits, must be odd and >= {MIN_KEY_BITS})")

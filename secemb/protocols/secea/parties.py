@@ -510,21 +510,26 @@ class SecEAServer:
         self._pending: dict[int, int] = {}
         self._round: int | None = None
 
-    def read_hello(self, client: int, data: bytes) -> tuple[bytes, phe_packing.PublicKey, bytes]:
+    def read_hello(self, client: int, data: bytes, key_bits: int | None = None) -> tuple[bytes, phe_packing.PublicKey,
+                                                                                       bytes]:
         """Client ``client``'s HELLO checked in full: its X25519 key, Paillier public key and
-        (signed) certificate and signature, as they are (``b""`` unsigned).
+        (signed) certificate and signature, as they are (``b""`` unsigned).  ``key_bits``: the
+        deployment's modulus size, checked by the modulus's length before the key is built.
 
         Raises
         ------
         InvalidMessage
             Malformed (a signed one too short for its certificate and signature), a round id
-            other than 0, a low-order X25519 key, or sent by another client.
+            other than 0, a low-order X25519 key, a modulus longer than
+            :data:`~secemb.protocols.secea.paillier.MAX_KEY_BITS` or (``key_bits``) of another
+            length, or sent by another client.
         """
         header, payload = wire.unpack(data, wire.HELLO, 0, wire.SERVER)
         proof = SIGNED_BYTES if self.signed else 0
         if header.sender != client or len(payload) <= KEY_BYTES + proof:
             raise InvalidMessage(f"HELLO of client {client} refused")
-        return (check_public(payload[:KEY_BYTES]), phe_packing.public_key_from_bytes(payload[KEY_BYTES + proof:]),
+        return (check_public(payload[:KEY_BYTES]),
+                phe_packing.public_key_from_bytes(payload[KEY_BYTES + proof:], key_bits),
                 payload[KEY_BYTES:KEY_BYTES + proof])
 
     def directory(self, hellos: dict[int, bytes]) -> dict[int, bytes]:
@@ -606,7 +611,8 @@ class SecEAServer:
         ProtocolError
             No round ``round_id`` relayed.
         InvalidMessage
-            Malformed, another sender, or a requester block off what the requester uploaded.
+            Malformed, another sender, a requester block off what the requester uploaded, or a
+            ciphertext outside ``(0, n^2)`` of the requester's key.
         """
         if round_id != self._round or not self._pending:
             raise ProtocolError(f"no round {round_id} in progress")
@@ -621,7 +627,11 @@ class SecEAServer:
             key = self._keys.get(n)
             if key is None or n in out or self._pending.get(n) != e or c != key.chunks(p.width):
                 raise InvalidMessage(f"ANSWER of client {client} refused (block for {n})")
-            out[n] = [int.from_bytes(rd.take(key.ciphertext_bytes), "big") for _ in range(e * c)]
+            cts = [int.from_bytes(rd.take(key.ciphertext_bytes), "big") for _ in range(e * c)]
+            n2 = key.key.nsquare
+            if not all(0 < ct < n2 for ct in cts):  # refused at receipt: at the mask step it would abort the round
+                raise InvalidMessage(f"ANSWER of client {client} refused (a ciphertext for {n} outside (0, n^2))")
+            out[n] = cts
         rd.done()
         return out
 

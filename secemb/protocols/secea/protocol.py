@@ -41,7 +41,7 @@ from secemb.protocols.exchange import (
     RoundFigures,
 )
 from secemb.protocols.secea.coding import SecEAParams
-from secemb.protocols.secea.paillier import MIN_KEY_BITS, SLOT_BITS
+from secemb.protocols.secea.paillier import MAX_KEY_BITS, MIN_KEY_BITS, SLOT_BITS
 from secemb.protocols.secea.parties import SecEAClient
 from secemb.protocols.secea.silos import (
     MFSilo,
@@ -106,7 +106,7 @@ class SecEAProtocol(ExchangeProtocol):
         self.secea_silos = check_int("secea_silos", secea_silos, low=2)
         self.secea_threshold = check_int("secea_threshold", secea_threshold, low=0)
         self.secea_items = check_int("secea_items", secea_items, low=0)
-        self.secea_key_bits = check_int("secea_key_bits", secea_key_bits, low=MIN_KEY_BITS)
+        self.secea_key_bits = check_int("secea_key_bits", secea_key_bits, low=MIN_KEY_BITS, high=MAX_KEY_BITS)
         self.secea_local_epochs = check_int("secea_local_epochs", secea_local_epochs, low=1)
         self.params = SecEAParams(self.secea_silos, self.secea_threshold, dim=self.dim + 1)  # checks N, T
         self._data, self._rng = data, _rng

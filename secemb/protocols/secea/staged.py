@@ -207,7 +207,7 @@ class SecEANode:
             raise InvalidMessage(f"duplicate {stage} message from silo {user}")
         t0 = time.perf_counter()
         if stage == "secea-keys":
-            x25519, key, proof = self.server.read_hello(user, body)
+            x25519, key, proof = self.server.read_hello(user, body, self.key_bits)  # its length checked first
             bits = key.key.n.bit_length()
             if self.key_bits is not None and bits != self.key_bits:
                 raise InvalidMessage(f"HELLO of silo {user}: a {bits}-bit Paillier modulus, not the "
@@ -344,7 +344,7 @@ class SecEANode:
             raise InvalidParameters(f"SecEA state: the union must be increasing int64 ids in [0, {self.bloom.domain})")
         for i, body in hellos.items():
             try:
-                bits = self.server.read_hello(i, body)[1].key.n.bit_length()
+                bits = self.server.read_hello(i, body, self.key_bits)[1].key.n.bit_length()
                 if self.key_bits is not None and bits != self.key_bits:
                     raise InvalidMessage(f"a {bits}-bit Paillier modulus, not {self.key_bits} bits")
             except InvalidMessage as exc:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from secemb.data.ctr import ClickData
-from secemb.errors import InvalidParameters, check_float, check_int
+from secemb.errors import InvalidMessage, InvalidParameters, check_float, check_int
 from secemb.models.din import DIN, click_batch
 from secemb.privacy.randomized_response import IndexPerturber, RRParams
 from secemb.protocols.sfsl import wire
@@ -270,9 +270,19 @@ class SFSLServer:
         self.model, self.table, self.dense, self.goods_category = model, table, dense, goods_category
         self.space = RowSpace(table.shape[0], model.num_categories, model.dim, model.mlp_size)
 
-    def reply(self, request: bytes, round_id: int) -> bytes:
-        """W_{S''} for a device's request."""
+    def reply(self, request: bytes, round_id: int, union: np.ndarray | None = None) -> bytes:
+        """W_{S''} for a device's request; with the round's ``union`` (int, increasing), only for
+        goods in it (an honest S'' is a subset of the union: Algorithm 2).
+
+        Raises
+        ------
+        InvalidMessage
+            A malformed request, or (``union``) one for goods outside the union: the server
+            would otherwise hold a reply as large as the whole table for it (finding S41-R5).
+        """
         goods = wire.open_request(request, round_id, self.space.goods)
+        if union is not None and not np.isin(goods, union).all():
+            raise InvalidMessage(f"download request of round {round_id} names goods outside the round's union")
         cats = categories_of(goods, self.goods_category)
         d, c = self.model.dim, self.model.num_categories
         return wire.reply(round_id, self.table[goods], self.dense[:c * d].reshape(c, d)[cats], self.dense[c * d:])

@@ -207,7 +207,7 @@ class SFSLNode:
                 raise InvalidMessage(f"user {user} did not receive the union of round {round_id}")
             if user in rnd.replies.get(stage, {}):
                 raise InvalidMessage(f"duplicate download request from user {user}")
-            out = self.server.reply(body, round_id)  # checks the request in full first
+            out = self.server.reply(body, round_id, rnd.union)  # checks the request in full first, then the union
             rnd.replies.setdefault(stage, {})[user] = out
         else:
             if part == "sum" and user not in rnd.receivers:
