@@ -7,7 +7,8 @@ operator (``secemb admin``) read every answer of a server whole, and httpx decod
 answer or a decompression bomb.  Now (``secemb.transport.network``):
 
 * a device reads at most ``ANSWER_FLOOR_BYTES`` (64 MiB) until a round's session raises its limit
-  to ``answer_limit`` of the round's announced sizes (both servers must announce the same);
+  to ``answer_limit`` of the round's announced sizes (both servers must announce the same); round
+  documents at most ``ROUND_DOCUMENT_BYTES`` (1 MiB, since session 41: S41-R2);
 * the operator reads at most ``ANSWER_FLOOR_BYTES``, and a model download ``answer_limit`` of the
   deployment's sizes;
 * a capped read asks for no encoding and decodes a gzip/deflate answer in 1 MiB pieces itself,
@@ -46,6 +47,7 @@ from secemb.errors import InvalidMessage
 from secemb.protocols import get_protocol
 from secemb.server.deploy import Deployment
 from secemb.transport import network
+from secemb.transport.limits import ROUND_DOCUMENT_BYTES
 from secemb.transport.network import ANSWER_FLOOR_BYTES, ApiClient, answer_limit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
@@ -256,12 +258,13 @@ def test_a_device_reads_a_round_document_up_to_the_floor(stubs, decoded, bomb, k
     client = _device(stub, stub)
     try:
         assert [api.max_answer_bytes for api in client.servers] == [ANSWER_FLOOR_BYTES] * 2
-        with pytest.raises(InvalidMessage, match=f"longer than {ANSWER_FLOOR_BYTES} bytes"):
+        # the round document's own limit, below the floor since session 41 (S41-R2)
+        with pytest.raises(InvalidMessage, match=f"longer than {ROUND_DOCUMENT_BYTES} bytes"):
             client.round_info()
     finally:
         client.close()
     stub.settled()
-    assert len(decoded) == 1 and decoded[0] <= ANSWER_FLOOR_BYTES + PIECE
+    assert len(decoded) == 1 and decoded[0] <= ROUND_DOCUMENT_BYTES + PIECE
     assert stub.seen == [("GET", "/v1/round", "identity")]
 
 
@@ -313,9 +316,9 @@ def test_secemb_client_gives_up_on_an_endless_server_with_exit_1(stubs, decoded,
     lines = res.output.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in res.output
     doc = json.loads(lines[0])
-    assert "no open round" in doc["error"] and f"longer than {ANSWER_FLOOR_BYTES} bytes" in doc["error"], doc
+    assert "no open round" in doc["error"] and f"longer than {ROUND_DOCUMENT_BYTES} bytes" in doc["error"], doc
     stub.settled()
-    assert decoded and max(decoded) <= ANSWER_FLOOR_BYTES + PIECE
+    assert decoded and max(decoded) <= ROUND_DOCUMENT_BYTES + PIECE
     assert {s[1] for s in stub.seen} == {"/v1/round"}
 
 

@@ -46,6 +46,7 @@ from secemb.server.peer import HttpPeer
 from secemb.sim.local import LocalStageServer
 from secemb.sim.player import play
 from secemb.transport.http import HttpStageLink
+from secemb.transport.limits import ROUND_DOCUMENT_BYTES
 from secemb.transport.network import ANSWER_FLOOR_BYTES, ApiClient, answer_limit_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -315,10 +316,10 @@ def test_secemb_client_of_sfsl_gives_up_on_an_endless_round_document(stubs, deco
     res = CliRunner().invoke(app, ["client", "--user", "0", "--credentials", str(creds), "--wait", "1"])
     doc = _one_line(res)
     assert doc["error"].startswith("no open round for user 0 within 1.0 s (the last poll failed:"), doc
-    assert f"longer than {ANSWER_FLOOR_BYTES} bytes" in doc["error"], doc
+    assert f"longer than {ROUND_DOCUMENT_BYTES} bytes" in doc["error"], doc  # the document's limit (S41-R2)
     stub.settled()
     assert {p for (_, p, _) in stub.seen} == {"/v1/exchange/round"}
-    assert decoded and max(decoded) <= ANSWER_FLOOR_BYTES + PIECE
+    assert decoded and max(decoded) <= ROUND_DOCUMENT_BYTES + PIECE
 
 
 def test_secemb_client_of_sfsl_fails_its_round_on_a_bomb_answer(stubs, decoded, bomb, sfsl, credentials,

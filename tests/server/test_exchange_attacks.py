@@ -366,7 +366,7 @@ class _Api:
     def __init__(self, doc: Any) -> None:
         self.doc = doc
 
-    def get_json(self, path: str) -> Any:
+    def get_json(self, path: str, **limits: Any) -> Any:  # ApiClient's (most_bytes: the document's limit)
         return self.doc
 
 
