@@ -99,7 +99,7 @@ class RunOptions(BaseModel):
         default=None,
         description="Send identical bytes once, download one share. Default: on where the protocol supports it "
                     "(secemb).")
-    expansion: StrictFloat = Field(default=1.25, ge=1.0, description="Cuckoo buckets per request row (B/m').")
+    expansion: StrictFloat = Field(default=1.25, ge=1.0, le=8.0, description="Cuckoo buckets per request row (B/m').")
     backend: StrictStr = Field(
         default="serial",
         description="Server evaluation: serial, thread (all cores, in process), process (all cores), ray or gpu "

@@ -40,10 +40,11 @@ def described(name: str) -> str:
 
 def option(name: str, *param_decls: str, help: str | None = None, **kwargs: Any) -> Any:
     """The ``typer.Option`` of field ``name``: the field's description as help (unless ``help``)
-    and its lower bound (``ge``) as ``min``."""
+    and its bounds (``ge``, ``le``) as ``min`` and ``max``."""
     info = RunOptions.model_fields[name]
     low: Any = next((m.ge for m in info.metadata if isinstance(m, annotated_types.Ge)), None)
-    return typer.Option(*param_decls, help=described(name) if help is None else help, min=low, **kwargs)
+    high: Any = next((m.le for m in info.metadata if isinstance(m, annotated_types.Le)), None)
+    return typer.Option(*param_decls, help=described(name) if help is None else help, min=low, max=high, **kwargs)
 
 
 def _read_config(ctx: typer.Context, path: Path | None) -> Path | None:

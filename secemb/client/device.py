@@ -28,6 +28,7 @@ that must match the in-process run bit for bit, as a :class:`~secemb.models.task
 from __future__ import annotations
 
 import hashlib
+import math
 import ssl
 import time
 from collections.abc import Sequence
@@ -37,7 +38,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from secemb.digest import is_sha256_hex
-from secemb.fss.cuckoo import NUM_HASHES
+from secemb.fss.cuckoo import MAX_EXPANSION, NUM_HASHES
 from secemb.errors import (
     InvalidMessage,
     InvalidParameters,
@@ -65,7 +66,7 @@ from secemb.round.local import LocalStep, local_update
 from secemb.round.policy import DEFAULT_MIN_USERS, MIN_USERS_FLOOR
 from secemb.sharing import share
 from secemb.transport.errors import RemoteError
-from secemb.transport.limits import MAX_BUCKETS_PER_ROW, MAX_ITEMS
+from secemb.transport.limits import MAX_ITEMS
 from secemb.transport.links import ServerLink
 
 if TYPE_CHECKING:
@@ -131,7 +132,7 @@ class RoundInfo:
         Raises
         ------
         InvalidMessage: a field missing or of the wrong type, sizes past what a device builds
-            (:data:`~secemb.transport.limits.MAX_ITEMS` items, :data:`~secemb.transport.limits.MAX_BUCKETS_PER_ROW`
+            (:data:`~secemb.transport.limits.MAX_ITEMS` items, :data:`~secemb.fss.cuckoo.MAX_EXPANSION`
             buckets a row of ``m'``), or a ``model.item_features_sha256`` or
             ``model.recommender_table_sha256`` that is not 64 lowercase hex digits.
         """
@@ -145,10 +146,10 @@ class RoundInfo:
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidMessage(f"malformed round document: {exc}") from None
         cfg = info.config  # sizes a device builds arrays of before its first request (finding S41-R4)
-        if cfg.num_items > MAX_ITEMS or cfg.num_buckets > MAX_BUCKETS_PER_ROW * max(cfg.m_prime, NUM_HASHES):
+        if cfg.num_items > MAX_ITEMS or cfg.num_buckets > max(NUM_HASHES, math.ceil(MAX_EXPANSION * cfg.m_prime)):
             raise InvalidMessage(f"malformed round document: {cfg.num_items} items and {cfg.num_buckets} buckets "
                                  f"for m' = {cfg.m_prime} (a device accepts at most {MAX_ITEMS} items and "
-                                 f"{MAX_BUCKETS_PER_ROW} buckets a row)")
+                                 f"{MAX_EXPANSION:g} buckets a row)")
         for name in ("model_sha256", "dense_sha256"):
             sha = getattr(info, name)
             if sha is not None and not is_sha256_hex(sha):

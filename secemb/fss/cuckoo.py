@@ -26,9 +26,12 @@ from secemb.errors import InvalidParameters
 from secemb.fss import kernels
 from secemb.fss.prg import aes_for
 
-__all__ = ["CuckooLayout", "NUM_HASHES", "MAX_KICKS"]
+__all__ = ["CuckooLayout", "NUM_HASHES", "MAX_EXPANSION", "MAX_KICKS"]
 
 NUM_HASHES = 3
+#: the most buckets a request row (``B / m'``): more only adds keys (the default is 1.25), and a device
+#: refuses a round announcing more buckets than this many a row (finding S41-R4)
+MAX_EXPANSION = 8.0
 #: evictions tried before an item is given up for the round
 MAX_KICKS = 200
 
@@ -59,8 +62,8 @@ class CuckooLayout:
     @classmethod
     def for_request_size(cls, num_items: int, m_prime: int, expansion: float = 1.25, seed: int = 0) -> CuckooLayout:
         """``B = ceil(expansion * m')`` buckets (at least 3)."""
-        if not expansion >= 1.0:
-            raise InvalidParameters(f"expansion must be >= 1, got {expansion}")
+        if not 1.0 <= expansion <= MAX_EXPANSION:
+            raise InvalidParameters(f"expansion must be in [1, {MAX_EXPANSION:g}], got {expansion}")
         return cls(num_items, max(NUM_HASHES, int(np.ceil(expansion * m_prime))), seed)
 
     @cached_property

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol as TypingProtocol, Typ
 import numpy as np
 
 from secemb.errors import InvalidParameters, ProtocolError, SecembError, check_int
-from secemb.fss.cuckoo import NUM_HASHES, CuckooLayout
+from secemb.fss.cuckoo import MAX_EXPANSION, NUM_HASHES, CuckooLayout
 from secemb.options import DEFAULTS
 from secemb.protocols.stages import RoundPlan, round_plan
 from secemb.protocols.wire import HEADER_BYTES
@@ -598,12 +598,12 @@ class Protocol(ABC):
         Raises
         ------
         InvalidParameters
-            A layout or relay the protocol does not support, ``expansion < 1``, or a
+            A layout or relay the protocol does not support, ``expansion`` outside ``[1, 8]``, or a
             ``layout_seed`` that is not an int >= 0.
         """
         self.capabilities.check_layout(self.name, layout, relay)
-        if not expansion >= 1.0:
-            raise InvalidParameters(f"expansion must be >= 1, got {expansion}")
+        if not 1.0 <= expansion <= MAX_EXPANSION:
+            raise InvalidParameters(f"expansion must be in [1, {MAX_EXPANSION:g}], got {expansion}")
         layout_seed = check_int("layout_seed", layout_seed, low=0)
         self.layout, self.relay = layout, relay
         self.expansion, self.layout_seed = float(expansion), layout_seed

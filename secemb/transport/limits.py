@@ -17,8 +17,7 @@ announced sizes (the margin covers headers and any slack in a bound, never an ho
 
 from __future__ import annotations
 
-__all__ = ["ANSWER_FLOOR_BYTES", "MAX_BUCKETS_PER_ROW", "MAX_ITEMS", "ROUND_DOCUMENT_BYTES", "answer_limit",
-           "answer_limit_for"]
+__all__ = ["ANSWER_FLOOR_BYTES", "MAX_ITEMS", "ROUND_DOCUMENT_BYTES", "answer_limit", "answer_limit_for"]
 
 #: the answer limit of a device and of the operator before they know the model's sizes (``secemb
 #: client``, ``secemb infer``, ``secemb admin``, :class:`~secemb.transport.network.ApiClient`'s
@@ -34,9 +33,6 @@ ROUND_DOCUMENT_BYTES = 1 << 20
 #: benchmarks use is far smaller (Yelp 93,386; ML-25M 62,423); beyond it an announcement is malformed rather
 #: than an order to build a layout (48 B an item) or score that many (findings S41-R3, S41-R4)
 MAX_ITEMS = 1 << 26
-#: the most cuckoo buckets a device accepts a row of m' (an honest round has ``ceil(expansion m')``, expansion
-#: 1.25 by default): a round document announcing more is malformed (finding S41-R4)
-MAX_BUCKETS_PER_ROW = 8
 
 
 def answer_limit_for(longest: int) -> int:

@@ -7,7 +7,7 @@ Findings (all six fixed by the lead in session 41; their tests were strict xfail
 tests since: S41-R1 ``public_key_from_bytes`` refuses a modulus by its length -- the deployment's
 ``ceil(key_bits / 8)`` bytes, at most ``MAX_KEY_BITS`` -- before it is read; S41-R2 round documents read
 to ``ROUND_DOCUMENT_BYTES`` (1 MiB); S41-R3 ``infer_remote`` refuses a model without GREC inference before
-sizing it; S41-R4 ``RoundInfo.from_doc`` refuses more than ``MAX_ITEMS`` items or ``MAX_BUCKETS_PER_ROW``
+sizing it; S41-R4 ``RoundInfo.from_doc`` refuses more than ``MAX_ITEMS`` items or ``MAX_EXPANSION``
 buckets a row; S41-R5 ``SFSLServer.reply`` takes the round's union and refuses goods outside it; S41-R6
 ``SecEAServer.read_answer`` refuses a ciphertext outside ``(0, n^2)`` at receipt)
 --------
