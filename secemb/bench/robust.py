@@ -216,6 +216,8 @@ def measure(users: int, repeats: int, seed: int = 0, size: str = "ml100k",
     challenge (bounded, cuckoo layout); ``None``: one batch a round."""
     if size not in SIZES:
         raise ValueError(f"size must be one of {sorted(SIZES)}, got {size!r}")
+    if batch is not None and batch < 1:
+        raise ValueError(f"batch must be None or >= 1, got {batch}")
     keeping_round_heap()  # as a server process does (secemb serve)
     backend = None if workers is None else ThreadBackend(workers)
     try:

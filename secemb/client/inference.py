@@ -64,8 +64,6 @@ def _is_id(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-
-
 def _info_fields(info: Any) -> tuple[str, dict[str, Any], int, int, int, np.ndarray]:
     """``(model name, hparams, rows, dim, num_items, candidates)`` of the server's description;
     ``candidates`` int64 ascending (every item when the server announces ``null``).
