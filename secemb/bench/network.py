@@ -16,7 +16,9 @@ driven in stages so that each phase is timed on its own:
                durable checkpoint, sync of server 1
 
 For each per-device phase: p50 / p99 / max latency of one device's requests and throughput
-(devices per second over the phase's wall time).  The timed round follows an untimed warm-up
+(devices per second over the phase's wall time); for the round, each server's seconds in its
+protocol role's calls (``server_s``, the servers' own round outcomes: what their batching saves
+shows there, docs/deployment.md "Batching").  The timed round follows an untimed warm-up
 round of ``min(N, min_users)`` devices through the same phases (:data:`WARM_UP`, also in the
 result), so first-call costs of the servers and the devices are in no figure.  Every loop is
 bounded: N devices, two rounds, a timeout on every request.
@@ -64,18 +66,20 @@ WARM_UP = ("one untimed round of {devices} devices (every phase, both servers) b
            "first-call costs (the servers' and the devices') are in no figure; startup_s is the servers' start alone")
 
 
-def _round(admin0: ApiClient, clients: dict[int, DeviceClient], per_user: UserRatings, proto: Protocol,
-           model: MatrixFactorization, store: UserStore, pool: ThreadPoolExecutor,
+def _round(admins: tuple[ApiClient, ApiClient], clients: dict[int, DeviceClient], per_user: UserRatings,
+           proto: Protocol, model: MatrixFactorization, store: UserStore, pool: ThreadPoolExecutor,
            rng: np.random.Generator) -> dict[str, Any]:
     """One round of the devices of ``clients``, phase by phase, each timed; returns ``slots``,
-    ``phases`` (open and close: ``wall_s``; the others: :func:`_summary`), ``round_s`` and the
-    protocol bytes per device.  Raises :class:`RuntimeError` unless the round commits with
-    every device."""
+    ``phases`` (open and close: ``wall_s``; the others: :func:`_summary`), ``round_s``, the
+    protocol bytes per device and ``server_s``: each server's seconds in its protocol role's calls
+    for the round, from its own round outcome (``admins``: the two operators' clients).  Raises
+    :class:`RuntimeError` unless the round commits with every device."""
     from secemb.client.device import RoundInfo, RoundSession
     from secemb.protocols.placement import place
     from secemb.round.local import distinct_items
 
     users = list(clients)
+    admin0 = admins[0]
     t = time.perf_counter()
     opened = admin0.post_json("/v1/admin/rounds", {"participants": users, "deadline_s": 3600.0})
     open_s = time.perf_counter() - t
@@ -114,12 +118,14 @@ def _round(admin0: ApiClient, clients: dict[int, DeviceClient], per_user: UserRa
     close_s = time.perf_counter() - t
     if outcome["state"] != "committed" or len(outcome["included"]) != len(users):
         raise RuntimeError(f"the round did not commit with every device: {outcome}")
+    server_s = [float(a.get_json(f"/v1/rounds/{info.round_id}/status")["server_s"]) for a in admins]
     return {
         "slots": info.config.slots,
         "phases": {"open": {"wall_s": open_s}, **results, "close": {"wall_s": close_s}},
         "round_s": sum(results[k]["wall_s"] for k in ("retrieval", "dense", "upload")) + open_s + close_s,
         "upload_bytes_per_device": sum(s.upload_bytes for s in sessions.values()) / len(users),
         "download_bytes_per_device": sum(s.download_bytes for s in sessions.values()) / len(users),
+        "server_s": {"0": server_s[0], "1": server_s[1]},
     }
 
 
@@ -166,14 +172,14 @@ def run(
         http = httpx.Client(timeout=timeout_s, trust_env=False, transport=PacedTransport(
             verify=cluster.tls, limits=httpx.Limits(max_connections=4 * concurrency,
                                                     max_keepalive_connections=4 * concurrency)))
-        admin0 = cluster.admin(0, timeout=timeout_s)
+        admins = (cluster.admin(0, timeout=timeout_s), cluster.admin(1, timeout=timeout_s))
         clients = {u: DeviceClient(u, cluster.url(0), cluster.url(1), *cluster.device_keys(u), timeout=timeout_s,
                                    http=http, min_users=cluster.min_users) for u in users}
         pool = ThreadPoolExecutor(max_workers=concurrency)
         warm_users = users[:min(devices, cluster.min_users)]
         try:
             def one_round(who: list[int], seed: int) -> dict[str, Any]:
-                return _round(admin0, {u: clients[u] for u in who}, per_user, proto, model, store, pool,
+                return _round(admins, {u: clients[u] for u in who}, per_user, proto, model, store, pool,
                               np.random.default_rng(seed))
 
             one_round(warm_users, 3)  # warm-up, untimed: first calls (both servers' too) are in no figure
@@ -183,7 +189,8 @@ def run(
             for c in clients.values():
                 c.close()
             http.close()
-            admin0.close()
+            for admin in admins:
+                admin.close()
     return {
         "devices": devices,
         "concurrency": concurrency,

@@ -255,6 +255,9 @@ def _register_server(bench_app: typer.Typer) -> None:
                 table.add_row(name, "", "", "", f"{ph['wall_s']:.2f}", "")
         table.add_row("round", "", "", "", f"{result['round_s']:.2f}", f"{result['devices_per_s']:,.0f}")
         print_fitted(table)
+        busy = result["server_s"]
+        typer.echo(f"server compute (seconds in the protocol role's calls, the timed round): "
+                   f"server 0 {busy['0']:.3f} s, server 1 {busy['1']:.3f} s")
         typer.echo(result["warm_up"])
 
 
