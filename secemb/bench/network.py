@@ -142,10 +142,12 @@ def run(
     relay: bool = True,
     timeout_s: float = 120.0,
     workdir: str | None = None,
+    batch_wait_ms: float | None = None,
 ) -> dict[str, Any]:
     """Run the benchmark; a JSON-able result document.  One untimed round of
     ``min(devices, min_users)`` devices runs first (the warm-up, stated in ``warm_up``): the
-    figures are those of the next round, of all ``devices``."""
+    figures are those of the next round, of all ``devices``.  ``batch_wait_ms``: the servers'
+    ``[server] batch_wait_ms`` (``None``: their default; in the result as the servers ran it)."""
     from secemb.client.device import DeviceClient
     from secemb.data import by_user, synthetic_like
     from secemb.sim.settings import cluster_settings
@@ -162,6 +164,8 @@ def run(
     proto = get_protocol(protocol, layout=layout, relay=relay)
     cfg = TrainConfig(users_per_round=devices, m_prime=m_prime, seed=0)
     settings = cluster_settings(model, proto, data, cfg, deadline_s=3600.0)
+    if batch_wait_ms is not None:
+        settings["batch_wait_ms"] = batch_wait_ms
     store = model.new_user_store(devices, np.random.default_rng(1), cfg.adam())
     users = list(range(devices))
     with tempfile.TemporaryDirectory(prefix="secemb-bench-") as tmp, \
@@ -169,6 +173,7 @@ def run(
         t = time.perf_counter()
         cluster.start()
         startup_s = time.perf_counter() - t
+        waited_ms = cluster.configs[0].batch_wait_ms  # as the servers run it (both the same here)
         http = httpx.Client(timeout=timeout_s, trust_env=False, transport=PacedTransport(
             verify=cluster.tls, limits=httpx.Limits(max_connections=4 * concurrency,
                                                     max_keepalive_connections=4 * concurrency)))
@@ -194,6 +199,7 @@ def run(
     return {
         "devices": devices,
         "concurrency": concurrency,
+        "batch_wait_ms": waited_ms,
         "protocol": protocol,
         "layout": layout,
         "relay": relay,

@@ -231,20 +231,23 @@ def _register_server(bench_app: typer.Typer) -> None:
         m_prime: int = typer.Option(50, min=1, help="Rows per device (m')."),
         num_items: int = typer.Option(1682, min=2, help="Items (m)."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+        batch_wait_ms: float | None = typer.Option(None, min=0.0, max=1000.0, help=(
+            "The servers' [server] batch_wait_ms (docs/deployment.md, \"Batching\"). Default: theirs, 5.")),
     ) -> None:
         """One round of N devices against two server processes on loopback: p50/p99 latency
-        and throughput per phase."""
+        and throughput per phase, and each server's compute."""
         from secemb.bench import network as bench_network
 
         result = bench_network.run(devices, concurrency=concurrency, protocol=protocol, layout=layout, relay=relay,
-                                   dim=dim, m_prime=m_prime, num_items=num_items)
+                                   dim=dim, m_prime=m_prime, num_items=num_items, batch_wait_ms=batch_wait_ms)
         if as_json:
             typer.echo(json.dumps(result, indent=2))
             return
         from rich.table import Table
 
         table = Table(title=f"secemb bench network: {devices} devices, {protocol} ({layout}"
-                            f"{', relay' if relay else ''}), m={num_items} d={dim} m'={m_prime}")
+                            f"{', relay' if relay else ''}), m={num_items} d={dim} m'={m_prime}, "
+                            f"batch wait {result['batch_wait_ms']:g} ms")
         for col in ("phase", "p50 ms", "p99 ms", "max ms", "wall s", "devices/s"):
             table.add_column(col, justify="right" if col != "phase" else "left")
         for name, ph in result["phases"].items():

@@ -173,9 +173,11 @@ def test_bench_network_reports_every_phase():
     assert doc["phases"]["close"]["wall_s"] > 0 and doc["upload_bytes_per_device"] > 0
     # each server's seconds in its role calls, from its own round outcome (session 41): both evaluate every device
     assert set(doc["server_s"]) == {"0", "1"} and all(v > 0 for v in doc["server_s"].values())
+    assert doc["batch_wait_ms"] == 5  # the servers' default
     table = runner.invoke(app, ["bench", "network", "--devices", "12", "--concurrency", "4", "--dim", "4",
-                                "--m-prime", "10", "--num-items", "200"])
+                                "--m-prime", "10", "--num-items", "200", "--batch-wait-ms", "0"])
     assert table.exit_code == 0 and "server compute" in table.output and "server 1" in table.output, table.output
+    assert "batch wait 0 ms" in table.output, table.output
 
 
 def test_committed_openapi_is_the_servers_own():
