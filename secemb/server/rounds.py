@@ -125,23 +125,24 @@ class Batcher:
     thread keeps ``fn``'s owner (a server node) alive after its last use.
 
     A batch is the first waiting call and every call queued behind it, at most ``max_batch``.
-    With ``wait_s > 0`` a batch also takes the calls that arrive within ``wait_s`` of its first
-    one's being taken, but only while calls come together -- this batch already holds two or the
-    last one did: a lone caller (one device, a test's sequential calls) is never held back, and
+    With ``wait_s > 0`` a batch also takes the calls that arrive until its first call has waited
+    ``wait_s`` since it was made, but only while calls come together -- this batch already holds two
+    or the last one did: a lone caller (one device, a test's sequential calls) is never held back;
     concurrent callers share fewer, larger calls of ``fn`` (a server pays passes over its table
-    and aggregate per call: docs/deployment.md, "Batching")."""
+    and aggregate per call: docs/deployment.md, "Batching"); and a busy worker, whose queued calls
+    have waited that long already, does not wait at all."""
 
     def __init__(self, fn: Callable[[list[Any]], list[Any]], max_batch: int = 256, idle_s: float = 2.0,
                  wait_s: float = 0.0) -> None:
         self._fn, self._max, self._idle, self._wait = fn, max_batch, idle_s, wait_s
-        self._q: queue.Queue[tuple[Any, Future]] = queue.Queue()
+        self._q: queue.Queue[tuple[Any, Future, float]] = queue.Queue()  # (item, its result, when it was made)
         self._lock = threading.Lock()
         self._running = False  # a worker runs or is starting; changed under _lock
         self._last = 0  # the last batch's size (the worker's own)
 
     def __call__(self, item: Any) -> Any:
         fut: Future = Future()
-        self._q.put((item, fut))  # before the check below: a worker that is ending sees the item
+        self._q.put((item, fut, time.monotonic()))  # before the check below: a worker that is ending sees it
         with self._lock:
             if not self._running:
                 self._running = True
@@ -151,10 +152,11 @@ class Batcher:
             raise out
         return out
 
-    def _fill(self, batch: list[tuple[Any, Future]]) -> None:
+    def _fill(self, batch: list[tuple[Any, Future, float]]) -> None:
         """Add to ``batch`` the calls queued behind its first one and, while calls come together
-        (``wait_s``: class docstring), those that arrive within ``wait_s``, up to ``max_batch``."""
-        until = time.monotonic() + self._wait
+        (``wait_s``: class docstring), those that arrive until the first has waited ``wait_s``, up
+        to ``max_batch``."""
+        until = batch[0][2] + self._wait
         while len(batch) < self._max:
             left = until - time.monotonic() if self._wait > 0 and max(len(batch), self._last) > 1 else 0.0
             try:
@@ -175,12 +177,12 @@ class Batcher:
             self._fill(batch)
             self._last = len(batch)
             try:
-                results = self._fn([item for item, _ in batch])
+                results = self._fn([item for item, _, _ in batch])
                 if len(results) != len(batch):  # a caller left without its result would wait forever
                     raise RuntimeError(f"the batch function returned {len(results)} results for {len(batch)} items")
             except BaseException as exc:  # noqa: BLE001 - handed to every caller
                 results = [exc] * len(batch)
-            for (_, fut), res in zip(batch, results, strict=True):
+            for (_, fut, _), res in zip(batch, results, strict=True):
                 fut.set_result(res)
 
 

@@ -1,7 +1,8 @@
 """The batch wait (session 41): a server's :class:`~secemb.server.rounds.Batcher` takes into a batch
-the calls that arrive within ``wait_s`` of its first, but only while calls come together (this batch
-or the last held two or more): concurrent devices share one evaluation, a lone device is never held
-back.  ``[server] batch_wait_ms`` (default 5) sets it for the device-facing and relay batchers."""
+the calls that arrive until its first call has waited ``wait_s`` since it was made, but only while
+calls come together (this batch or the last held two or more): concurrent devices share one
+evaluation, a lone device is never held back, a busy worker's queued calls go at once.
+``[server] batch_wait_ms`` (default 5) sets it for the device-facing and relay batchers."""
 
 from __future__ import annotations
 
@@ -80,6 +81,26 @@ def test_calls_that_come_together_share_a_batch_with_the_later_ones_of_the_wait(
         assert not t.is_alive()
     assert out == {1: 10, 2: 20, 3: 30, 4: 40}
     assert rec.batches == expected
+
+
+def test_a_busy_worker_whose_calls_have_waited_already_does_not_wait_again() -> None:
+    # the wait counts from when the batch's first call was made: calls queued behind a long evaluation go at
+    # once (at 32 devices in flight, waiting after taking them all only idled the server: bench network)
+    rec = _Recorder(hold_first=True)
+    b = Batcher(rec, wait_s=0.3)
+    out: dict[int, Any] = {}
+    threads = [_start(b, 1, out)]
+    assert rec.holding.wait(5)
+    threads += [_start(b, 2, out), _start(b, 3, out)]
+    _queued(b, 2)
+    time.sleep(0.6)  # 2 and 3 wait twice the wait behind the first batch
+    rec.release.set()
+    time.sleep(0.1)
+    threads.append(_start(b, 4, out))
+    for t in threads:
+        t.join(10)
+        assert not t.is_alive()
+    assert rec.batches == [[1], [2, 3], [4]]
 
 
 def test_after_a_batch_of_several_a_lone_call_waits_at_most_the_wait() -> None:
