@@ -7,9 +7,10 @@ close, strikes and the status -- and the batch wait (``[server] batch_wait_ms``,
 device and the network.  Each test asserts the safe behaviour; a strict xfail is a finding.
 
 The intake is driven on in-process nodes (:class:`~secemb.sim.local.InProcessServers`: the nodes the
-HTTP app calls; a refusal is a :class:`~secemb.errors.SecembError`, which the app maps to a 4xx --
-``PeerUnavailable`` alone is a 503 -- and anything else is a 500).  The HTTP mapping of these routes'
-refusals is ``tests/server/test_net_bounded_payloads.py``'s.
+HTTP app calls), the cuckoo layout with and without relay and the full layout without; a refusal is a
+:class:`~secemb.errors.SecembError`, which the app maps to a 4xx -- ``PeerUnavailable`` alone is a 503
+-- and anything else is a 500.  The HTTP mapping of these routes' refusals is
+``tests/server/test_net_bounded_payloads.py``'s.
 
 Findings
 --------
@@ -92,13 +93,13 @@ _USERS = [u for u in range(_DATA.num_users) if _RATINGS.of(u)[0].size][:6]
 
 
 class _Round:
-    """Two in-process nodes with bounded payloads (cuckoo layout, no relay) and round ``r`` open to
+    """Two in-process nodes with bounded payloads (``layout``, ``relay``) and round ``r`` open to
     :data:`_USERS`; :meth:`upload` takes a device through retrieval, training and upload without
     proving."""
 
-    def __init__(self) -> None:
+    def __init__(self, layout: str, relay: bool) -> None:
         model = MatrixFactorization(dim=4, reg=0.01)
-        proto = SecEmbProtocol(layout="cuckoo", relay=False, bound=True, users_per_round=8)
+        proto = SecEmbProtocol(layout=layout, relay=relay, bound=True, users_per_round=8)
         settings = cluster_settings(model, proto, _DATA, TrainConfig(m_prime=4, seed=5), deadline_s=60.0,
                                     min_users=2)
         self.servers = InProcessServers(settings, proto, model)
@@ -134,9 +135,9 @@ class _Round:
         return {k: v for k, v in self.leader.status().items() if k not in {"boot_id", "uptime_s", "time_unix"}}
 
 
-@pytest.fixture
-def rnd() -> Iterator[_Round]:
-    got = _Round()
+@pytest.fixture(params=[("cuckoo", False), ("cuckoo", True), ("full", False)], ids=lambda p: f"{p[0]}-relay{p[1]}")
+def rnd(request: pytest.FixtureRequest) -> Iterator[_Round]:
+    got = _Round(*request.param)
     yield got
     got.servers.stop()
 
