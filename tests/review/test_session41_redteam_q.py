@@ -55,21 +55,28 @@ Held (plain tests)
   ``test_a_stream_of_calls_holds_anothers_call_back_by_at_most_the_wait``.
 * A batch mixing rounds calls the function once per round with that round's items only, in arrival
   order, and each caller gets its own result.  ``test_a_batch_mixing_rounds_gives_each_round_its_own_call``.
+* Over HTTP (two ``secemb serve`` processes, the default 5 ms batch wait): three honest proofs sent at
+  once with six junk ones of a fourth device (a zero header, short, long, another round's, empty, a
+  header alone) -- all 204 for the honest, 400/409/413 for the junk, no alarm; the round commits with
+  the honest three, the fourth a dropout (no rejection).
+  ``test_over_http_junk_proofs_sent_with_the_honest_ones_fail_alone``.
 * The batcher's worker is a daemon thread: a call in flight does not hold a server's shutdown.
   ``test_the_batch_worker_never_holds_the_process``.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from secemb.client.device import RoundSession
+from secemb.client.device import DeviceClient, RoundInfo, RoundSession
 from secemb.data import by_user, synthetic_like
 from secemb.errors import InvalidMessage, ProtocolError, SecembError
 from secemb.framing import HEADER_BYTES
@@ -83,6 +90,7 @@ from secemb.server.rounds import Batcher, by_round
 from secemb.sim.local import InProcessServers, LocalPeer
 from secemb.sim.settings import cluster_settings
 from secemb.training import TrainConfig
+from secemb.transport.errors import RemoteError
 
 # -- the bounded-payload intake at server 0 ----------------------------------------------------------
 
@@ -90,6 +98,20 @@ _DATA = synthetic_like(30, 40, 600, seed=3)
 _RATINGS = by_user(_DATA)
 #: six devices with ratings (the round's participants)
 _USERS = [u for u in range(_DATA.num_users) if _RATINGS.of(u)[0].size][:6]
+
+
+def _take_part(client: DeviceClient, info: RoundInfo, items: np.ndarray, ratings: np.ndarray,
+               send: bool = True) -> RoundSession:
+    """Device ``client`` retrieves, trains and (``send``) uploads through the SDK, without proving."""
+    model = info.make_model()
+    session = RoundSession(client, info, task=model.task, clip=info.clip())
+    session.prepare(items, ratings)
+    session.retrieve()
+    state = model.new_user_store(1, np.random.default_rng(0), info.adam()).state(0)  # public test data
+    session.train(lambda rows, dense, batch: model.local_step(rows, dense, state, batch))
+    if send:
+        session.upload()
+    return session
 
 
 class _Round:
@@ -113,16 +135,7 @@ class _Round:
 
     def upload(self, u: int, send: bool = True) -> RoundSession:
         client = self.servers.servers().device(u)
-        info = client.round_info()
-        model = info.make_model()
-        session = RoundSession(client, info, task=model.task, clip=info.clip())
-        session.prepare(*_RATINGS.of(u))
-        session.retrieve()
-        state = model.new_user_store(1, np.random.default_rng(0), info.adam()).state(0)  # public test data
-        session.train(lambda rows, dense, batch: model.local_step(rows, dense, state, batch))
-        if send:
-            session.upload()
-        return session
+        return _take_part(client, client.round_info(), *_RATINGS.of(u), send=send)
 
     def proof(self, session: RoundSession, u: int | None = None) -> bytes:
         """The bound proof ``session``'s device makes for the challenge server 0 gives user ``u``
@@ -425,3 +438,66 @@ def test_the_batch_worker_never_holds_the_process() -> None:
 
     assert Batcher(fn, idle_s=0.05)(7) == 7
     assert seen and seen[0].name == "secemb-batcher" and seen[0].daemon
+
+
+# -- over HTTP: two `secemb serve` processes on 127.0.0.1 -----------------------------------------------
+
+
+def test_over_http_junk_proofs_sent_with_the_honest_ones_fail_alone() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
+    from net_helpers import WAIT_S, cluster_for, setup, small_data  # type: ignore[import-not-found]
+
+
+    tr, _ = small_data()
+    ratings = by_user(tr)
+    model, _, config = setup("secemb", "cuckoo", False, m_prime=8, epochs=1, users_per_round=8)
+    proto = SecEmbProtocol(layout="cuckoo", relay=False, bound=True, users_per_round=8)
+    *honest_users, attacker = [u for u in range(tr.num_users) if ratings.of(u)[0].size][:4]
+    with cluster_for(model, proto, tr, config, min_users=2) as cluster:
+        admin = cluster.admin(0, timeout=WAIT_S)
+
+        def client(u: int) -> DeviceClient:
+            return DeviceClient(u, cluster.url(0), cluster.url(1), *cluster.device_keys(u), timeout=WAIT_S,
+                                tls=cluster.tls, min_users=cluster.min_users)
+
+        info = RoundInfo.from_doc(admin.post_json("/v1/admin/rounds", {"participants": [*honest_users, attacker],
+                                                                       "deadline_s": 120}))
+        r = info.round_id
+        sessions: dict[int, RoundSession] = {}
+        for u in [*honest_users, attacker]:
+            sessions[u] = _take_part(client(u), info, *ratings.of(u))
+        proofs: dict[int, bytes] = {}
+        for u in honest_users:
+            role = sessions[u].role
+            assert isinstance(role, SecEmbUser)
+            proofs[u] = role.bound_proof(sessions[u].client.links[0].challenge(r))
+        n = len(proofs[honest_users[0]])
+        junk = [bytes(n), bytes(n)[:-1], bytes(n + 1), frame(NAME, "bound_proof", 0, r + 1, bytes(n - HEADER_BYTES)),
+                b"", bytes(HEADER_BYTES)]
+        before = {k: v for k, v in admin.get_json("/v1/admin/status").items() if k != "boot_id"}
+        sends = [(u, proofs[u]) for u in honest_users] + [(attacker, j) for j in junk]
+        go = threading.Barrier(len(sends))
+        got: dict[int, Any] = {}
+
+        def send(i: int, u: int, body: bytes) -> None:
+            go.wait(10)
+            try:
+                sessions[u].client.links[0].proof(r, body)
+                got[i] = None
+            except RemoteError as exc:
+                got[i] = exc.status
+            except BaseException as exc:  # noqa: BLE001 - checked below
+                got[i] = exc
+
+        threads = [threading.Thread(target=send, args=(i, u, b), daemon=True) for i, (u, b) in enumerate(sends)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(WAIT_S)
+        assert not any(t.is_alive() for t in threads)
+        assert [got[i] for i in range(len(honest_users))] == [None] * len(honest_users), got
+        assert all(got[i] in (400, 409, 413) for i in range(len(honest_users), len(sends))), got
+        after = {k: v for k, v in admin.get_json("/v1/admin/status").items() if k != "boot_id"}
+        assert after["alarms"] == before["alarms"] and not after.get("halted")
+        out = admin.post_json(f"/v1/admin/rounds/{r}/close")
+    assert (out["state"], out["included"], out["rejected"]) == ("committed", sorted(honest_users), []), out
