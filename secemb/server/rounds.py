@@ -190,7 +190,8 @@ def by_round(
     fn: Callable[[int, list[tuple[int, bytes]]], list[Any]],
 ) -> Callable[[list[tuple[int, int, bytes]]], list[Any]]:
     """Adapt ``fn(round_id, [(user, body)]) -> results`` to a :class:`Batcher` of
-    ``(round_id, user, body)`` items (one call per round id present)."""
+    ``(round_id, user, body)`` items (one call per round id present; a call that raises fails its
+    round's callers only, finding S41-Q1)."""
 
     def run(items: list[tuple[int, int, bytes]]) -> list[Any]:
         out: list[Any] = [None] * len(items)
@@ -198,7 +199,11 @@ def by_round(
         for i, (r, _, _) in enumerate(items):
             rounds.setdefault(r, []).append(i)
         for r, where in rounds.items():
-            for i, res in zip(where, fn(r, [(items[i][1], items[i][2]) for i in where]), strict=True):
+            try:
+                got = fn(r, [(items[i][1], items[i][2]) for i in where])
+            except Exception as exc:  # noqa: BLE001 - this round's callers get it, not the others' (S41-Q1)
+                got = [exc] * len(where)
+            for i, res in zip(where, got, strict=True):
                 out[i] = res
         return out
 

@@ -4,7 +4,9 @@ and ``POST /v1/rounds/{r}/proof`` (:meth:`~secemb.server.retrieval.Retrieval.cha
 :meth:`~secemb.protocols.secemb.SecEmbServer.handle_proof_many`) with uploads, re-uploads, the round's
 close, strikes and the status -- and the batch wait (``[server] batch_wait_ms``,
 :class:`~secemb.server.rounds.Batcher`, :func:`~secemb.server.rounds.by_round`), against a malicious
-device and the network.  Each test asserts the safe behaviour; a strict xfail is a finding.
+device and the network.  Each test asserts the safe behaviour; a strict xfail was a finding (S41-Q1, the one
+finding, fixed by the lead in session 41: ``by_round`` hands a round's raised exception to that round's callers
+only; its test is a plain test since).
 
 The intake is driven on in-process nodes (:class:`~secemb.sim.local.InProcessServers`: the nodes the
 HTTP app calls), the cuckoo layout with and without relay and the full layout without; a refusal is a
@@ -393,8 +395,6 @@ def test_a_batch_mixing_rounds_gives_each_round_its_own_call() -> None:
     assert calls[1:] == [(r, [(u, body) for rr, u, body in items if rr == r]) for r in (1, 2, 3)]
 
 
-@pytest.mark.xfail(strict=True, reason="S41-Q1: by_round lets one round's raising call fail the batch's other "
-                                       "rounds' callers, whose own call never runs")
 def test_a_round_whose_batch_call_raises_fails_only_that_rounds_callers() -> None:
     release, holding = threading.Event(), threading.Event()
     ran: list[int] = []
