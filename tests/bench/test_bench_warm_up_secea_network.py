@@ -127,7 +127,8 @@ def test_network_times_the_round_after_an_untimed_warm_up_round(monkeypatch):
 def test_network_cli_prints_the_warm_up(monkeypatch):
     phase = {"devices": 2, "p50_ms": 1.0, "p99_ms": 2.0, "max_ms": 3.0, "wall_s": 0.5, "devices_per_s": 4.0}
     doc = {"phases": {"open": {"wall_s": 0.1}, "retrieval": phase, "close": {"wall_s": 0.2}}, "round_s": 0.8,
-           "devices_per_s": 2.5, "warm_up": network.WARM_UP.format(devices=2)}
+           "devices_per_s": 2.5, "warm_up": network.WARM_UP.format(devices=2), "batch_wait_ms": 5.0,
+           "server_s": {"0": 0.25, "1": 0.5}}  # since session 41: the servers' wait and role seconds
     monkeypatch.setattr(network, "run", lambda *a, **k: doc)
     r = runner.invoke(app, ["bench", "network", "--devices", "2"], env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.output
