@@ -52,6 +52,19 @@ def _queued(b: Batcher, n: int) -> None:
         time.sleep(0.005)
 
 
+def _two_behind_a_held_batch(b: Batcher, rec: _Recorder, out: dict[int, Any],
+                             pause: float = 0.0) -> list[threading.Thread]:
+    """Call 1 (its batch held in ``rec``), then 2 and 3, queued behind it; wait ``pause`` seconds and
+    release: the worker then takes 2 and 3 together.  The callers' threads."""
+    threads = [_start(b, 1, out)]
+    assert rec.holding.wait(5)  # the worker is in the first batch's call: the next callers queue
+    threads += [_start(b, 2, out), _start(b, 3, out)]
+    _queued(b, 2)
+    time.sleep(pause)
+    rec.release.set()
+    return threads
+
+
 def test_a_lone_caller_is_never_held_back() -> None:
     rec = _Recorder()
     b = Batcher(rec, wait_s=60.0)  # a wait that a lone call would never survive in this test's bounds
@@ -69,11 +82,7 @@ def test_calls_that_come_together_share_a_batch_with_the_later_ones_of_the_wait(
     rec = _Recorder(hold_first=True)
     b = Batcher(rec, wait_s=wait_s)
     out: dict[int, Any] = {}
-    threads = [_start(b, 1, out)]
-    assert rec.holding.wait(5)  # the worker is in the first batch's call: the next callers queue
-    threads += [_start(b, 2, out), _start(b, 3, out)]
-    _queued(b, 2)
-    rec.release.set()  # the worker takes 2 and 3 together, then (wait_s) waits for more
+    threads = _two_behind_a_held_batch(b, rec, out)  # 2 and 3 taken together, then (wait_s) more awaited
     time.sleep(0.3)
     threads.append(_start(b, 4, out))
     for t in threads:
@@ -89,12 +98,7 @@ def test_a_busy_worker_whose_calls_have_waited_already_does_not_wait_again() -> 
     rec = _Recorder(hold_first=True)
     b = Batcher(rec, wait_s=0.3)
     out: dict[int, Any] = {}
-    threads = [_start(b, 1, out)]
-    assert rec.holding.wait(5)
-    threads += [_start(b, 2, out), _start(b, 3, out)]
-    _queued(b, 2)
-    time.sleep(0.6)  # 2 and 3 wait twice the wait behind the first batch
-    rec.release.set()
+    threads = _two_behind_a_held_batch(b, rec, out, pause=0.6)  # 2 and 3 wait twice the wait behind batch 1
     time.sleep(0.1)
     threads.append(_start(b, 4, out))
     for t in threads:
@@ -107,11 +111,7 @@ def test_after_a_batch_of_several_a_lone_call_waits_at_most_the_wait() -> None:
     rec = _Recorder(hold_first=True)
     b = Batcher(rec, wait_s=0.2)
     out: dict[int, Any] = {}
-    threads = [_start(b, 1, out)]
-    assert rec.holding.wait(5)
-    threads += [_start(b, 2, out), _start(b, 3, out)]
-    _queued(b, 2)
-    rec.release.set()
+    threads = _two_behind_a_held_batch(b, rec, out)
     for t in threads:
         t.join(10)
     late = _start(b, 4, out)  # the last batch held two: this one waits up to 0.2 s for company, then goes
