@@ -28,7 +28,6 @@ that must match the in-process run bit for bit, as a :class:`~secemb.models.task
 from __future__ import annotations
 
 import hashlib
-import math
 import ssl
 import time
 from collections.abc import Sequence
@@ -38,7 +37,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from secemb.digest import is_sha256_hex
-from secemb.fss.cuckoo import MAX_EXPANSION, NUM_HASHES
+from secemb.fss.cuckoo import MAX_EXPANSION, buckets_for
 from secemb.errors import (
     InvalidMessage,
     InvalidParameters,
@@ -146,7 +145,7 @@ class RoundInfo:
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidMessage(f"malformed round document: {exc}") from None
         cfg = info.config  # sizes a device builds arrays of before its first request (finding S41-R4)
-        if cfg.num_items > MAX_ITEMS or cfg.num_buckets > max(NUM_HASHES, math.ceil(MAX_EXPANSION * cfg.m_prime)):
+        if cfg.num_items > MAX_ITEMS or cfg.num_buckets > buckets_for(cfg.m_prime, MAX_EXPANSION):
             raise InvalidMessage(f"malformed round document: {cfg.num_items} items and {cfg.num_buckets} buckets "
                                  f"for m' = {cfg.m_prime} (a device accepts at most {MAX_ITEMS} items and "
                                  f"{MAX_EXPANSION:g} buckets a row)")

@@ -17,6 +17,8 @@ structure an adversary could exploit to correlate buckets.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -26,12 +28,18 @@ from secemb.errors import InvalidParameters
 from secemb.fss import kernels
 from secemb.fss.prg import aes_for
 
-__all__ = ["CuckooLayout", "NUM_HASHES", "MAX_EXPANSION", "MAX_KICKS"]
+__all__ = ["CuckooLayout", "NUM_HASHES", "MAX_EXPANSION", "MAX_KICKS", "buckets_for"]
 
 NUM_HASHES = 3
 #: the most buckets a request row (``B / m'``): more only adds keys (the default is 1.25), and a device
 #: refuses a round announcing more buckets than this many a row (finding S41-R4)
 MAX_EXPANSION = 8.0
+def buckets_for(m_prime: int, expansion: float) -> int:
+    """``B = ceil(expansion m')`` buckets for requests of ``m'`` rows (at least :data:`NUM_HASHES`, and at least
+    ``m'``): the layout's, a round's, and -- at :data:`MAX_EXPANSION` -- the most a device accepts."""
+    return max(NUM_HASHES, m_prime, math.ceil(expansion * m_prime))
+
+
 #: evictions tried before an item is given up for the round
 MAX_KICKS = 200
 
@@ -64,7 +72,7 @@ class CuckooLayout:
         """``B = ceil(expansion * m')`` buckets (at least 3)."""
         if not 1.0 <= expansion <= MAX_EXPANSION:
             raise InvalidParameters(f"expansion must be in [1, {MAX_EXPANSION:g}], got {expansion}")
-        return cls(num_items, max(NUM_HASHES, int(np.ceil(expansion * m_prime))), seed)
+        return cls(num_items, buckets_for(m_prime, expansion), seed)
 
     @cached_property
     def candidates(self) -> np.ndarray:

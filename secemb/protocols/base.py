@@ -29,7 +29,6 @@ Array conventions (all arrays in the ring of ``config.ring_bits``, dtype uint32 
 from __future__ import annotations
 
 import hmac
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,7 +38,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol as TypingProtocol, Typ
 import numpy as np
 
 from secemb.errors import InvalidParameters, ProtocolError, SecembError, check_int
-from secemb.fss.cuckoo import MAX_EXPANSION, NUM_HASHES, CuckooLayout
+from secemb.fss.cuckoo import MAX_EXPANSION, NUM_HASHES, CuckooLayout, buckets_for
 from secemb.options import DEFAULTS
 from secemb.protocols.stages import RoundPlan, round_plan
 from secemb.protocols.wire import HEADER_BYTES
@@ -614,7 +613,7 @@ class Protocol(ABC):
         """The public configuration of a round of this protocol."""
         buckets = 0
         if self.layout == "cuckoo":
-            buckets = max(NUM_HASHES, m_prime, math.ceil(self.expansion * m_prime))
+            buckets = buckets_for(m_prime, self.expansion)
         return RoundConfig(
             round_id, num_items, width, dense_size, m_prime, ring_bits, self.layout, buckets, self.layout_seed
         )

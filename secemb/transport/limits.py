@@ -25,9 +25,10 @@ __all__ = ["ANSWER_FLOOR_BYTES", "MAX_ITEMS", "ROUND_DOCUMENT_BYTES", "answer_li
 #: deviating server's endless or decompression-bomb answer is refused here)
 ANSWER_FLOOR_BYTES = 64 << 20
 #: the longest round document a device reads (``GET /v1/round``, ``GET /v1/exchange/round``), polled every
-#: fraction of a second: an honest one is ~0.4 kB plus ~8 B a device of the round, so 1 MiB holds rounds of
-#: 100,000 devices; at the floor above a deviating server could make each poll decode 64 MiB of JSON (~1.7
-#: GB of a phone's memory) or drip it for half an hour at the paced minimum (finding S41-R2)
+#: fraction of a second: an honest two-server one is ~0.76 kB whatever the round's size (measured at 10 and 1,000
+#: devices, session 41), a one-server one ~0.4 kB for 3 devices plus its users' ids (at most 8 B each below 10^7),
+#: so 1 MiB holds rounds of over 100,000 devices; at the floor above a deviating server could make each poll
+#: decode 64 MiB of JSON (~1.7 GB of a phone's memory) or drip it for half an hour at the paced minimum (S41-R2)
 ROUND_DOCUMENT_BYTES = 1 << 20
 #: the most items a device accepts in a round document or an inference description: every catalogue the
 #: benchmarks use is far smaller (Yelp 93,386; ML-25M 62,423); beyond it an announcement is malformed rather
