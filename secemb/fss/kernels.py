@@ -37,7 +37,7 @@ __all__ = ["BACKEND", "compiled", "available", "host_cpu_features", "read_only",
 #: with these, so that a string like ``+vaes,-avx2`` (LLVM: no VAES) does not pick the VAES code
 _REQUIRES: dict[str, tuple[str, ...]] = {
     "vaes": ("aes", "avx2"), "avx2": ("avx",), "avx512f": ("avx2",), "avx512vl": ("avx512f",),
-    "avx512ifma": ("avx512f",), "amx-int8": ("amx-tile",),
+    "avx512ifma": ("avx512f",), "avx512vnni": ("avx512f",), "amx-int8": ("amx-tile",),
 }
 
 

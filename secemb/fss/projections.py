@@ -288,7 +288,8 @@ def project_each(seeds: Sequence[bytes] | np.ndarray, x: np.ndarray, rows: int =
     chunk where its rows are larger), each expanded once, with every device of the chunk's
     seeds.  Each seed's rows are expanded to int8 (a byte an entry) once and multiplied with its
     devices' shares: with the compiled kernels (:func:`secemb.fss.kernels.compiled`) by AMX tile
-    products of the rows by the devices' byte planes where the CPU and Linux allow it, else a numba
+    products of the rows by the devices' byte planes where the CPU and Linux allow it, else by AVX-512
+    VNNI byte dot products of the same planes where the CPU has them, else a numba
     loop in the ring's own wrapping words, four devices a pass on the same expanded rows (on a
     uint32 ring with AVX2, ``vpsignd`` for the products), both in
     :mod:`secemb.fss._projection_kernels` (:class:`~secemb.fss._projection_kernels.Products`),
@@ -398,7 +399,7 @@ def project_affine(seeds: Sequence[bytes] | np.ndarray, negate: bool, parts: Seq
     ring array (n, rows) of the parts' dtype, equal to ``project_each(seeds, x, rows)`` for ``x``
     the stacked vectors (bit for bit: ``tests/fss/test_s21_bound_speed.py``).  With the compiled
     kernels the vectors are computed a pass of the products' devices at a time (four, or two on a
-    uint64 ring with AMX) into a scratch and projected on their seed's rows, expanded once for all
+    uint64 ring with AMX or VNNI) into a scratch and projected on their seed's rows, expanded once for all
     its devices (:mod:`secemb.fss._projection_kernels`: no (n, L) array); otherwise ``x`` is formed
     and projected as :func:`project_each` does.
 

@@ -135,7 +135,8 @@ f = kernels.host_cpu_features()
 facts = {"on": sorted(k for k in ("aes", "vaes", "avx2", "sha", "avx512f", "avx512ifma", "amx-tile") if f.get(k)),
          "backend": kernels.BACKEND, "lanes": _aesni.LANES, "sum_bits": _aesni.SUM_BITS, "ifma": _aesni.IFMA,
          "scalar_sketch": _sketch_kernels.sketch_accumulate is _sketch_kernels.sketch_accumulate_scalar,
-         "tiles": _projection_kernels.tiles(), "sign_rows": _projection_kernels.SIGN_ROWS,
+         "tiles": _projection_kernels.tiles(), "dots": _projection_kernels.DOTS,
+         "sign_rows": _projection_kernels.SIGN_ROWS,
          "sha": kernels.sha_compiled()}
 
 # LLVM's machine code here, compiled now (not loaded from a cache): four keys' sums of 2 vectors (SUM_BITS) and
@@ -227,13 +228,14 @@ print(json.dumps(facts))
 #: the paths each profile's kernels take and what their machine code holds
 _PATHS = {
     "znver3": {"on": ["aes", "avx2", "sha", "vaes"], "backend": "numba", "lanes": 2, "sum_bits": 256, "ifma": False,
-               "scalar_sketch": True, "tiles": False, "sign_rows": 2, "sha": True,
+               "scalar_sketch": True, "tiles": False, "dots": False, "sign_rows": 2, "sha": True,
                "asm": {"widest": "ymm", "aes": True, "aes256": True}},
     "haswell": {"on": ["aes", "avx2"], "backend": "numba", "lanes": 1, "sum_bits": 256, "ifma": False,
-                "scalar_sketch": True, "tiles": False, "sign_rows": 2, "sha": False,
+                "scalar_sketch": True, "tiles": False, "dots": False, "sign_rows": 2, "sha": False,
                 "asm": {"widest": "ymm", "aes": True, "aes256": False}},
     "skylake-avx512": {"on": ["aes", "avx2", "avx512f"], "backend": "numba", "lanes": 1, "sum_bits": 512,
-                       "ifma": False, "scalar_sketch": True, "tiles": False, "sign_rows": 4, "sha": False,
+                       "ifma": False, "scalar_sketch": True, "tiles": False, "dots": False, "sign_rows": 4,
+                       "sha": False,
                        "asm": {"widest": "zmm", "aes": True, "aes256": False}},
 }
 #: the comparisons of each section

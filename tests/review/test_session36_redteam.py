@@ -590,7 +590,8 @@ def test_the_wrappers_hand_their_kernels_one_type_whatever_the_callers_layout(
             hmac_sha256_many(a[:1, :16], b"head", a)
         assert len({(h[0], h[2]) for h in hmacs}) == 1, hmacs
     passes: list = []
-    kernel = "affine_tile_products" if _projection_kernels.tiles() else "affine_vectors"
+    kernel = ("affine_tile_products" if _projection_kernels.tiles() else
+              "affine_dot_products" if _projection_kernels.DOTS else "affine_vectors")
     _spy(monkeypatch, _projection_kernels, kernel, passes)
     monkeypatch.setattr(_projection_kernels.Products, "project", lambda *args: None)
     for dtype in (np.uint32, np.uint64):
