@@ -163,9 +163,11 @@ def test_devices_uploading_to_server_0_only_do_not_close_the_round(make: list[_C
     honest, cheats = _USERS[:4], _USERS[4:]
     assert [c.send(u) for u in honest[:2]] == [None, None]
     assert [c.send(u, only=0) for u in cheats] == [None] * 4
+    before = len(asked)
     assert c.stays_open(), c.leader.round_status(c.r, None)
-    # server 1 was asked at each count from 4 to 6 and every 0.5 s since (_RECHECK_S), not on every wake
-    assert 1 <= len(asked) <= 3 + _HOLD_S / 0.5 + 2, asked
+    # server 1 was asked once server 0's count reached the quorum; with the count unchanged, again every
+    # 0.5 s (_RECHECK_S), not on every wake (one ask of before the hold may land in it)
+    assert len(asked) >= 1 and len(asked) - before <= _HOLD_S / 0.5 + 2, asked
     assert [c.send(u) for u in honest[2:]] == [None, None]
     out = c.outcome()
     assert (out["state"], out["included"], out["rejected"], out["reason"]) == (
