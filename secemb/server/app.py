@@ -396,6 +396,13 @@ def create_app(node: Node) -> FastAPI:
         await call(follower("relay upload").peer_relay_upload, round_id, _user_param(request, node), body)
         return Response(status_code=204)
 
+    @app.get("/v1/peer/rounds/{round_id}/uploaded", tags=["peer"],
+             summary="While the round is open: the users whose upload server 1 absorbed (server 0's quorum check)",
+             **common)
+    async def peer_uploaded(round_id: RoundId, request: Request) -> JSONResponse:
+        await authed(request, (PEER,), 0)
+        return JSONResponse({"uploaded": await call(follower("the peer upload count").peer_uploaded, round_id)})
+
     @app.post("/v1/peer/rounds/{round_id}/close", tags=["peer"], summary="Stop taking uploads; the users absorbed",
               **common)
     async def peer_close(round_id: RoundId, request: Request) -> JSONResponse:

@@ -161,6 +161,18 @@ class FollowerNode(FollowerRelay):
         faults.hit("open")
         return {"round_id": r, "state": OPEN}
 
+    def peer_uploaded(self, r: int) -> list[int]:
+        """While round ``r`` is open: the sorted users whose upload this server absorbed, for server
+        0's quorum check (finding S42-Q2: it closes on quorum only when this server holds the
+        uploads of ``quorum`` of the users it counts); the set :meth:`peer_close` gives it anyway.
+
+        Raises
+        ------
+        Conflict: ``r`` is not the current round, or it is not open here.
+        """
+        with self.lock:
+            return sorted(self._current(r).uploaded)
+
     def peer_close(self, r: int) -> dict[str, Any]:
         """Stop taking uploads for round ``r``; ``{"uploaded": users absorbed}``."""
         with self.lock:

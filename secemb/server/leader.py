@@ -4,13 +4,15 @@ Party: server 0.  It opens rounds on the terms :func:`~secemb.server.admission.r
 checks, after reconciling with server 1 (the same configuration fingerprint, model version and
 digest: a missed sync is sent again, a differing digest is a halting ``model_disagreement``),
 and mirrors them at server 1 through its :class:`~secemb.server.peer.PeerLink`; a background
-thread closes them on quorum or deadline (closing itself: :mod:`.close`) and retries a pending
-model sync.  It runs the Eq. 11 count phase with server 1 and serves the round's DENSE
-message.  An abort is sent to server 1 too (best effort).
+thread closes them at the deadline or on quorum -- ``quorum`` users whose uploads both servers
+hold, server 1 asked once this server counts that many (finding S42-Q2) -- (closing itself:
+:mod:`.close`) and retries a pending model sync.  It runs the Eq. 11 count phase with server 1
+and serves the round's DENSE message.  An abort is sent to server 1 too (best effort).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -33,6 +35,12 @@ from secemb.server.store import StateStore
 from secemb.sharing import reconstruct
 
 __all__ = ["LeaderNode"]
+
+log = logging.getLogger("secemb.server")
+
+#: seconds before server 0 asks server 1 for its uploads again while its own count stands at or
+#: above the quorum and server 1 holds too few of them (a count that grows asks at once)
+_RECHECK_S = 0.5
 
 
 class LeaderNode(LeaderClose):
@@ -232,7 +240,10 @@ class LeaderNode(LeaderClose):
             return self._current(r).dense_msg
 
     def _closer(self) -> None:
-        """Close the round on quorum or deadline; retry a pending sync."""
+        """Close the round at its deadline, or on quorum: once this server counts ``quorum`` users
+        (:meth:`~secemb.server.rounds.Round.counted`), a check of how many of them server 1 holds
+        too runs on its own thread (:meth:`_close_on_quorum`), so that a slow server 1 never holds
+        the deadline back.  Retry a pending sync."""
         while not self._stopping:
             with self._wake:
                 rnd = self.round
@@ -241,16 +252,56 @@ class LeaderNode(LeaderClose):
                     timeout = max(0.0, min(timeout, rnd.deadline - time.time()))
                 self._wake.wait(timeout=timeout)
                 rnd = self.round
-                due = (
-                    rnd is not None and rnd.state == OPEN and not rnd.closing
-                    and (rnd.counted() >= rnd.quorum or time.time() >= rnd.deadline)
-                )
+                late, counted = False, None
+                if rnd is not None and rnd.state == OPEN and not rnd.closing:
+                    late = time.time() >= rnd.deadline
+                    counted = None if late else self._quorum_check(rnd)
                 sync = self._sync_pending
-            if due:
-                assert rnd is not None  # due implies it
-                why = "quorum reached" if rnd.counted() >= rnd.quorum else "deadline passed"
-                threading.Thread(target=self.close_round, args=(rnd.round_id, why), daemon=True).start()
+            if rnd is not None and late:
+                threading.Thread(target=self.close_round, args=(rnd.round_id, "deadline passed"), daemon=True).start()
+            elif rnd is not None and counted is not None:
+                threading.Thread(target=self._close_on_quorum, args=(rnd, counted), daemon=True,
+                                 name="secemb-quorum").start()
             elif sync and (rnd is None or rnd.state in FINAL):
                 self._sync_peer()
                 if self._sync_pending:
                     time.sleep(0.5)
+
+    def _quorum_check(self, rnd: Round) -> set[int] | None:
+        """Under the lock, for the open round ``rnd``: the users this server counts if they reach the
+        quorum and server 1 is to be asked now, else ``None``.  Asked once per check: when the count
+        reached the quorum or grew since the last check, or :data:`_RECHECK_S` after a check that
+        fell short (server 1 may take an upload after server 0, out of the plan's order), never while
+        one is in flight -- so at most one peer call per count and per :data:`_RECHECK_S`, whatever
+        the devices send."""
+        counted = rnd.counted()
+        if len(counted) < rnd.quorum or rnd.quorum_asking:
+            return None
+        now = time.monotonic()
+        if rnd.quorum_asked is not None and rnd.quorum_asked[0] == len(counted) \
+                and now - rnd.quorum_asked[1] < _RECHECK_S:
+            return None
+        rnd.quorum_asked, rnd.quorum_asking = (len(counted), now), True
+        return counted
+
+    def _close_on_quorum(self, rnd: Round, counted: set[int]) -> None:
+        """Close ``rnd`` on quorum if server 1 holds the uploads of at least ``rnd.quorum`` of the
+        users this server counts (``counted``) -- the users the close's agreed set can hold (finding
+        S42-Q2: a device that uploads to server 0 alone, and proves there, was counted, so ``quorum``
+        such devices closed the round before the honest ones were in).  Server 1 names the users it
+        absorbed (:meth:`~secemb.server.peer.PeerLink.uploaded`); if it does not answer, the round
+        is left to the next check or its deadline.  Such a device is not struck: it is a dropout,
+        like an honest device that died between its two uploads."""
+        try:
+            try:
+                theirs = self.peer.uploaded(rnd.round_id)
+            except PEER_ERRORS as exc:
+                log.info("round %d: server 1 did not report its uploads for the quorum check: %s", rnd.round_id, exc)
+                return
+            held = len(counted.intersection(theirs))
+        finally:
+            with self._wake:
+                rnd.quorum_asking = False
+                self._wake.notify_all()
+        if held >= rnd.quorum:
+            self.close_round(rnd.round_id, "quorum reached")

@@ -85,6 +85,10 @@ class PeerLink(Protocol):
         item ``None``, or the :class:`PeerRefused`/:class:`PeerUnreachable` of one refused or
         failed in its place."""
 
+    def uploaded(self, round_id: int) -> list[int]:
+        """While round ``round_id`` is open at server 1: the sorted users whose upload it absorbed
+        (server 0's quorum check, finding S42-Q2; what :meth:`close` gives anyway)."""
+
     def close(self, round_id: int) -> list[int]:
         """Server 1 stops taking uploads; the sorted users it absorbed."""
 
@@ -215,6 +219,15 @@ class HttpPeer:
         path = f"/v1/peer/rounds/{round_id}/relay-upload"
         outs = self._many(lambda it: self.api.post_bytes(path, it[1], user=it[0]), items)
         return [out if isinstance(out, SecembError) else None for out in outs]
+
+    def uploaded(self, round_id: int) -> list[int]:
+        def go() -> list[int]:
+            users = _fields(self.api.get_json(f"/v1/peer/rounds/{round_id}/uploaded"), uploaded=list)["uploaded"]
+            if not all(type(u) is int for u in users):
+                raise InvalidMessage("server 1's uploaded users are not all integers")
+            return list(users)
+
+        return _call(go)
 
     def close(self, round_id: int) -> list[int]:
         return list(_call(lambda: _fields(self.api.post_json(f"/v1/peer/rounds/{round_id}/close"),

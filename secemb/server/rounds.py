@@ -47,6 +47,10 @@ class Round:
     finished: set[int] = field(default_factory=set)  # upload handling done (counts for the quorum)
     #: server 0 with bounded payloads: the users whose bound proof it kept (``None``: no proof step)
     proved: set[int] | None = None
+    #: server 0: its last check of the quorum at server 1 (``(len(counted()), time.monotonic())``)
+    #: and whether one is in flight (:meth:`~secemb.server.leader.LeaderNode._closer`)
+    quorum_asked: tuple[int, float] | None = None
+    quorum_asking: bool = False
     dense_msg: bytes = b""
     included: list[int] | None = None
     reason: str = ""
@@ -65,10 +69,12 @@ class Round:
     optimizer_s: float = 0.0
     _busy_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def counted(self) -> int:
-        """The users that count for the quorum: those whose upload handling is done and, with
-        bounded payloads (server 0), whose proof is kept."""
-        return len(self.finished if self.proved is None else self.finished & self.proved)
+    def counted(self) -> set[int]:
+        """The users this server counts towards the quorum (a new set): those whose upload handling
+        is done and, with bounded payloads (server 0), whose proof is kept.  Server 0 closes on
+        quorum only when server 1 holds the uploads of ``quorum`` of them (finding S42-Q2:
+        :meth:`~secemb.server.leader.LeaderNode._closer`)."""
+        return set(self.finished if self.proved is None else self.finished & self.proved)
 
     def busy(self, fn: Callable[..., Any], *args: Any, optimizer: bool = False, **kw: Any) -> Any:
         """``fn(*args, **kw)``, its wall time added to ``server_s`` (or ``optimizer_s``)."""

@@ -177,6 +177,9 @@ class LocalPeer:
         return [out if out is None else _refusal(out)
                 for out in self.follower.peer_relay_upload_many(round_id, got)]
 
+    def uploaded(self, round_id: int) -> list[int]:
+        return _peer(lambda: self.follower.peer_uploaded(round_id))
+
     def close(self, round_id: int) -> list[int]:
         return [int(u) for u in _peer(lambda: self.follower.peer_close(round_id))["uploaded"]]
 
