@@ -94,7 +94,11 @@ int32 sum: one instruction a row a step, where :func:`sign_products` takes a ``v
 words of one device.  For 20 devices of 16,251 uint32 words and 40 rows on this AMD EPYC (Zen 5; a ``/tmp``
 script, thread CPU, medians of 30, load 0.5-1): 173-183 us (the planes 52 of it) against ``vpsignd``'s 267-279.
 Forming the planes with 512-bit shuffles, four steps a load, took the same 52 us: it is bound by the words' and
-planes' traffic, not by its shuffles.
+planes' traffic, not by its shuffles.  In the bench's flow (100 devices a round, both servers, thread CPU, load 5)
+a round's passes took 2.1 ms to form the vectors from their cold parts (0.8 run again at once), 1.0 their planes
+and 1.3 the dot products; forming the planes straight from the affine parts, a slot at a time through a small
+stage (no vector scratch), took 3.9 ms a round against 3.2 (16 alternating rounds): not kept, as on AMX (session
+33's ``V-planes``).
 """
 
 from __future__ import annotations
