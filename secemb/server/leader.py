@@ -292,16 +292,15 @@ class LeaderNode(LeaderClose):
         absorbed (:meth:`~secemb.server.peer.PeerLink.uploaded`); if it does not answer, the round
         is left to the next check or its deadline.  Such a device is not struck: it is a dropout,
         like an honest device that died between its two uploads."""
+        held = 0
         try:
-            try:
-                theirs = self.peer.uploaded(rnd.round_id)
-            except PEER_ERRORS as exc:
-                log.info("round %d: server 1 did not report its uploads for the quorum check: %s", rnd.round_id, exc)
-                return
-            held = len(counted.intersection(theirs))
+            held = len(counted.intersection(self.peer.uploaded(rnd.round_id)))
+        except PEER_ERRORS as exc:
+            log.info("round %d: server 1 did not report its uploads for the quorum check: %s", rnd.round_id, exc)
         finally:
-            with self._wake:
-                rnd.quorum_asking = False
-                self._wake.notify_all()
+            if held < rnd.quorum:  # a check that closes leaves the flag set: no further check asks in the meantime
+                with self._wake:
+                    rnd.quorum_asking = False
+                    self._wake.notify_all()
         if held >= rnd.quorum:
             self.close_round(rnd.round_id, "quorum reached")
