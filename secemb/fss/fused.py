@@ -384,7 +384,9 @@ def retrieve_and_prepare_buckets(
     out: writeable views to write the first three results into, any strides (a batch's blocks:
         each written there once, not returned and copied by the caller): ``answers`` ring (U, B, D), ``t``
         uint8 (U, B, M) and ``conv_sum`` ring (B, M, w) (all overwritten; returned in place of new
-        arrays, so ``answers`` comes back (U, B, D)).
+        arrays, so ``answers`` comes back (U, B, D)); ``conv_sum`` may also be C-contiguous ring (B, mp, w)
+        in the walk's row layout (``mp = padded_leaves``: positions ``M..mp-1`` of a bucket pad it and come
+        back zero), which the walk sums into directly (no copy of it into a (B, M, w) view).
 
     Returns
     -------
@@ -404,11 +406,16 @@ def retrieve_and_prepare_buckets(
     cols, live = _bucket_rows(sizes, buckets, big_m, mp)
     users = k // buckets
     shapes = ((users, buckets, tables.shape[2]), (users, buckets, big_m), (buckets, big_m, agg_width))
+    # the folded part may also come in the walk's own row layout, (B, mp, w) C-contiguous (padding rows zero)
+    walk_rows = out is not None and len(out) == 3 and isinstance(out[2], np.ndarray) and (
+        out[2].shape == (buckets, mp, agg_width) and out[2].flags.c_contiguous)
     if out is not None and (len(out) != 3 or any(
-            not isinstance(o, np.ndarray) or o.shape != shape or o.dtype != dtype or not o.flags.writeable
-            for o, shape, dtype in zip(out, shapes, (tables.dtype, np.uint8, tables.dtype), strict=False))):
+            not isinstance(o, np.ndarray) or (o.shape != shape and not (j == 2 and walk_rows)) or o.dtype != dtype
+            or not o.flags.writeable
+            for j, (o, shape, dtype) in enumerate(zip(out, shapes, (tables.dtype, np.uint8, tables.dtype),
+                                                      strict=False)))):
         raise InvalidParameters(f"out must be writeable views {tables.dtype} {shapes[0]}, uint8 {shapes[1]} and "
-                                f"{tables.dtype} {shapes[2]}")
+                                f"{tables.dtype} {shapes[2]} (or C-contiguous {(buckets, mp, agg_width)})")
     key_conv = None if not payload_sums else np.empty((k, agg_width), tables.dtype) if payload_out is None else (
         payload_out.key_conv)  # the walk writes it
     if payload_sums and payload_out is not None:
@@ -418,8 +425,9 @@ def retrieve_and_prepare_buckets(
                                     f"({users}, {buckets}), got {payload_out.key_conv.dtype} "
                                     f"{payload_out.key_conv.shape} and {payload_out.t_count.dtype} "
                                     f"{payload_out.t_count.shape}")
-    # the walk sums into the caller's conv_sum where it has the walk's row layout (no padding rows)
-    direct = out[2] if out is not None and mp == big_m and out[2].flags.c_contiguous else None
+    # the walk sums into the caller's conv_sum where it has the walk's row layout (no padding rows, or the
+    # padded rows given)
+    direct = out[2] if out is not None and (walk_rows or (mp == big_m and out[2].flags.c_contiguous)) else None
     if direct is not None:
         conv_sum = direct.reshape(buckets * mp, agg_width)
         conv_sum[...] = 0
