@@ -829,6 +829,27 @@ def bits_accumulate(t_at, cw_at, start, out, cols, negate):  # noqa: ANN001, ANN
 
 
 @njit(cache=True, nogil=True)
+def fold_buckets(acc, rows, cols, negate):  # noqa: ANN001, ANN201
+    """``acc[g, i] += rows[g, i]`` (``-=`` with ``negate``) in ``acc``'s ring for ``i < cols[g]``;
+    the positions beyond are left as they are: acc ring (G, M, w), rows ring (G, R, w) with
+    ``R >= M`` (a walk's padded row layout), not sharing memory, both C-contiguous; cols int64 (G,)
+    at most M.  A bucket's rows are added where they are, its
+    padding not read (numpy's add over the (G, M, w) view of a (G, R, w) array took twice its
+    time over a contiguous one)."""
+    groups, m, w = acc.shape
+    for g in range(groups):
+        n = cols[g] * w  # a bucket's first cols[g] rows: one run of words in each (both C-contiguous)
+        a = acc[g].reshape(m * w)
+        r = rows[g].reshape(rows.shape[1] * w)
+        if negate:
+            for e in range(n):
+                a[e] -= r[e]
+        else:
+            for e in range(n):
+                a[e] += r[e]
+
+
+@njit(cache=True, nogil=True)
 def unmask_slots(answers, unmask, items, rows_at, suffix_items, suffix_rows, tags, filled):  # noqa: ANN001, ANN201
     """A device's reading of its reconstructed answers in one pass: for user ``u``'s slot ``s``,
     ``x = answers[u, s] * unmask[u, s]`` in the ring (answers ring (n, S, D), C-contiguous;

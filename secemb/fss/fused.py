@@ -47,6 +47,7 @@ __all__ = [
     "aggregation_of",
     "bits_product",
     "bucket_shares",
+    "fold_buckets",
     "payload_shares",
     "payload_sums_of",
     "retrieve_and_prepare",
@@ -610,6 +611,48 @@ def bits_product(t: np.ndarray | Sequence[np.ndarray], cw: np.ndarray | Sequence
         np.negative(product, out=product)
     np.add(start, product, out=out)
     return out
+
+
+def fold_buckets(acc: np.ndarray, rows: np.ndarray, sizes: np.ndarray, *, negate: bool = False) -> None:
+    """``acc[i, :sizes[i]] += rows[i, :sizes[i]]`` (``-=`` with ``negate``: party 1's sign) in the
+    ring, for every bucket ``i``: a batch's folded part added into a running aggregate in the bucket
+    form; the positions past a bucket's size (its padding) are left as they are.
+
+    Parameters
+    ----------
+    acc: writeable C-contiguous ring (B, M, w), uint32 or uint64, updated in place.
+    rows: ring (B, R, w) of its dtype, ``R >= M`` (e.g. a walk's padded row layout, ``R = mp``:
+        :func:`retrieve_and_prepare_buckets`' ``out``), sharing no memory with ``acc``.
+    sizes: int (B,) in ``[0, M]``.
+
+    Raises
+    ------
+    InvalidParameters: arrays outside this contract (nothing is added).
+
+    With the compiled kernels a loop over each bucket's rows (its padding not read); the reference
+    adds the rows below each size through a mask."""
+    rings = (np.dtype(np.uint32), np.dtype(np.uint64))
+    if (not isinstance(acc, np.ndarray) or acc.dtype not in rings or acc.ndim != 3 or not acc.flags.c_contiguous
+            or not acc.flags.writeable):
+        raise InvalidParameters("fold_buckets: acc must be a writeable C-contiguous ring (B, M, w)")
+    buckets, big_m, width = acc.shape
+    if (not isinstance(rows, np.ndarray) or rows.dtype != acc.dtype or rows.ndim != 3 or rows.shape[0] != buckets
+            or rows.shape[1] < big_m or rows.shape[2] != width or np.may_share_memory(acc, rows)):
+        raise InvalidParameters(f"fold_buckets: rows must be {acc.dtype} ({buckets}, >= {big_m}, {width}) apart from "
+                                f"acc, got {getattr(rows, 'dtype', None)} {getattr(rows, 'shape', None)}")
+    cols = np.array(sizes, np.int64)  # a copy: the kernel reads it while it writes acc
+    if cols.shape != (buckets,) or (buckets and (int(cols.min()) < 0 or int(cols.max()) > big_m)):
+        raise InvalidParameters(f"fold_buckets: sizes must be ({buckets},) in [0, {big_m}]")
+    if kernels.compiled():
+        from secemb.fss._numba_kernels import fold_buckets as kernel
+
+        kernel(acc, kernels.read_only(rows), cols, bool(negate))  # (read-only, C-contiguous: one signature)
+        return
+    live = np.arange(big_m)[None, :] < cols[:, None]
+    if negate:
+        acc[live] -= rows[:, :big_m][live]
+    else:
+        acc[live] += rows[:, :big_m][live]
 
 
 def unmask_slots(answers: np.ndarray, unmask: np.ndarray, items: np.ndarray, rows: Sequence[np.ndarray],

@@ -19,7 +19,7 @@ import pytest
 from secemb import fss
 from secemb.errors import InvalidParameters
 from secemb.fss import kernels
-from secemb.fss.fused import RETRIEVAL_TAG, retrieve_and_prepare_buckets
+from secemb.fss.fused import RETRIEVAL_TAG, fold_buckets, retrieve_and_prepare_buckets
 from secemb.fss.linalg import LimbMatrix, ring_matmul
 from secemb.fss.tree import padded_leaves
 from secemb.protocols.backends import Backend, ThreadBackend
@@ -97,6 +97,57 @@ def test_the_walk_sums_into_its_own_row_layout_as_into_the_layouts(party: int) -
     with pytest.raises(InvalidParameters, match="out must be"):  # padded but not C-contiguous: refused
         retrieve_and_prepare_buckets(keys, party, cw, tables, width, sizes=sizes,
                                      out=(views[0], views[1], np.empty((buckets, mp, 2 * width), np.uint32)[:, :, ::2]))
+
+
+@pytest.mark.parametrize("ring_bits", [32, 64])
+@pytest.mark.parametrize("negate", [False, True])
+def test_a_fold_adds_each_buckets_rows_below_its_size(ring_bits: int, negate: bool,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """``fold_buckets``: each bucket's first ``sizes[i]`` rows of a padded (B, R, w) array added
+    (subtracted) into (B, M, w), the rest of both untouched, wrapping in the ring; compiled and
+    reference alike, against a Python-integer loop."""
+    dt = np.uint32 if ring_bits == 32 else np.uint64
+    gen = np.random.default_rng(ring_bits + negate)
+    acc = gen.integers(0, np.iinfo(dt).max, (4, 5, 3), dtype=dt, endpoint=True)
+    rows = gen.integers(0, np.iinfo(dt).max, (4, 7, 3), dtype=dt, endpoint=True)
+    sizes = np.array([5, 0, 3, 1])
+    want = acc.astype(object)
+    for i, size in enumerate(sizes):
+        want[i, :size] = (want[i, :size] + (-1 if negate else 1) * rows[i, :size].astype(object)) % (1 << ring_bits)
+    for backend in ("numba", "numpy"):
+        monkeypatch.setattr(kernels, "BACKEND", backend)
+        got = acc.copy()
+        fold_buckets(got, rows, sizes, negate=negate)
+        assert np.array_equal(got, want.astype(dt)), backend
+    for bad in (dict(rows=rows[:, :4]), dict(sizes=np.array([5, 0, 3, 6])), dict(sizes=sizes[:3]),
+                dict(rows=rows.astype(np.uint16)), dict(acc=acc[:, :, ::2])):
+        args = {"acc": acc.copy(), "rows": rows, "sizes": sizes, **bad}
+        before = args["acc"].copy()
+        with pytest.raises(InvalidParameters, match="fold_buckets"):
+            fold_buckets(args["acc"], args["rows"], args["sizes"])
+        assert np.array_equal(args["acc"], before)
+    with pytest.raises(InvalidParameters, match="apart from acc"):
+        fold_buckets(acc, acc, sizes)
+
+
+def test_a_buckets_ranges_are_made_once_and_not_pickled() -> None:
+    """The published cuckoo table (``Buckets``) makes a range's gathered matrix and sizes once
+    (the same objects for every task of it), and pickles without them (a worker makes its own)."""
+    import pickle
+
+    from secemb.fss.cuckoo import CuckooLayout
+    from secemb.fss.tasks import evaluation_form
+
+    layout = CuckooLayout.for_request_size(40, 6)
+    table = np.arange(40 * 3, dtype=np.uint32).reshape(40, 3)
+    form = evaluation_form(table, layout, 32)
+    first, sizes = form.tables(1, 4), form.sizes(1, 4)
+    assert form.tables(1, 4) is first and form.sizes(1, 4) is sizes
+    assert np.array_equal(sizes, (layout.gather_index[1:4] >= 0).sum(axis=1)) and not sizes.flags.writeable
+    assert np.array_equal(first.index, layout.gather_index[1:4])
+    copy = pickle.loads(pickle.dumps(form))
+    assert copy._ranges == {} and copy.tables(1, 4) is not first
+    assert np.array_equal(copy.tables(1, 4).index, first.index)
 
 
 def _round(proto: SecEmbProtocol, s0: SecEmbServer, s1: SecEmbServer, cfg, batches: list[list[int]],

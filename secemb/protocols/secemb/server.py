@@ -20,7 +20,7 @@ from secemb.fss import rangeproof, sketchproof
 from secemb.fss.field import batch_nbytes
 from secemb.fss.hashing import bytes_rows, row_bytes
 from secemb.fss.sketch import SKETCH_SEED_BYTES, Expanded, expand, server_inputs_many
-from secemb.fss.fused import PayloadSums, PreparedAggregation
+from secemb.fss.fused import PayloadSums, PreparedAggregation, fold_buckets
 from secemb.fss.tasks import (
     bits_task,
     evaluate_into_task,
@@ -470,8 +470,7 @@ class SecEmbServer(ServerRole):
         answers (user ``j``'s at ``[j]``: a list, or the rows of the batch's array)."""
         answers, bits, folded, values, sums, projected = evaluated
         if isinstance(folded, _Unsigned):  # (the aggregate is zero until the round's first batch)
-            add = np.subtract if folded.negate else np.add
-            add(self._sparse, folded.rows[:, : self._sparse.shape[1]], out=self._sparse)
+            fold_buckets(self._sparse, folded.rows, np.diff(self._cfg().cuckoo().indptr), negate=folded.negate)
         elif self._folded or not folded.flags.writeable:
             self._sparse += folded
         else:  # the round's first batch (usually its only one): adopt it, sparing a pass
