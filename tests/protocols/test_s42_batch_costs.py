@@ -232,3 +232,30 @@ def test_devices_one_at_a_time_give_the_one_batchs_bytes(relay: bool, verify: bo
     finally:
         if backend is not None:
             backend.close()
+
+
+def test_a_small_batch_is_walked_in_one_range(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cuckoo batch of fewer than ``FOLD_USERS`` users is one task whatever the cache bound; one of
+    ``FOLD_USERS`` is cut by it (here into one range a bucket: a bound of one byte)."""
+    import secemb.protocols.secemb.server as server
+
+    tasks: list[int] = []
+    into = server.evaluate_into_task
+
+    def counting(task: tuple, **kw: bool) -> None:
+        tasks.append(1)
+        into(task, **kw)
+
+    monkeypatch.setattr(server, "evaluate_into_task", counting)
+    monkeypatch.setattr(server, "FOLD_BYTES", 1)
+    monkeypatch.setattr(server, "FOLD_USERS", 3)
+    proto = SecEmbProtocol(layout="cuckoo", relay=False, verify=False)
+    cfg = proto.round_config(1, ITEMS, W, P, MP)
+    s0 = proto.make_server(0)
+    s0.begin_round(cfg, np.zeros((ITEMS, W), np.uint32))
+    users = _users(proto, cfg, 5)
+    for batch, expect in (([0, 1], 1), ([2, 3, 4], cfg.slots)):
+        tasks.clear()
+        got = s0.handle_retrieval_many([(u, users[u][1][0]) for u in batch])
+        assert not any(isinstance(r, Exception) for r in got)
+        assert len(tasks) == expect

@@ -84,7 +84,7 @@ from secemb.sharing import reconstruct
 if TYPE_CHECKING:
     from secemb.fss.gpu import DeviceTable
 
-__all__ = ["EVAL_BYTES", "FOLD_BYTES", "Request", "SecEmbServer"]
+__all__ = ["EVAL_BYTES", "FOLD_BYTES", "FOLD_USERS", "Request", "SecEmbServer"]
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -99,6 +99,11 @@ EVAL_BYTES = 1 << 30
 #: buckets' (M, w) blocks, revisited once per user) stay within about this many bytes, so
 #: they are summed in cache instead of streamed through memory once per user
 FOLD_BYTES = 1 << 20
+#: a cuckoo batch of fewer users is walked in one range of buckets, whatever :data:`FOLD_BYTES` says: its
+#: rows are revisited too few times for the bound to pay for each range's task (its set-up, its calls);
+#: measured at ML-100K, one thread (session 42): one range took 0.82x two ranges' time for 1 user, 0.89x
+#: for 4, 0.95x for 8 and 12, about the same for 16, more from 32 (1.03-1.06x)
+FOLD_USERS = 16
 
 
 @dataclass(frozen=True)
@@ -375,7 +380,8 @@ class SecEmbServer(ServerRole):
         per_user = leaves * (cfg.dtype.itemsize + 1)
         if cfg.layout == "cuckoo" and self._device is None:
             fold = leaves * cfg.width * cfg.dtype.itemsize  # the bucket rows the walk folds into
-            return self._evaluate_buckets(keys, max(-(-n * per_user // EVAL_BYTES), -(-fold // FOLD_BYTES)),
+            cached = -(-fold // FOLD_BYTES) if n >= FOLD_USERS else 1
+            return self._evaluate_buckets(keys, max(-(-n * per_user // EVAL_BYTES), cached),
                                           None if seeds is None else expand(seeds, mp), sums, unsigned)
         tasks_n = max(min(n, self.backend.workers), -(-n // max(1, EVAL_BYTES // per_user)))
         form = "device" if self._device is not None else cfg.layout  # the table's form (secemb.fss.tasks)
