@@ -100,10 +100,11 @@ EVAL_BYTES = 1 << 30
 #: they are summed in cache instead of streamed through memory once per user
 FOLD_BYTES = 1 << 20
 #: a cuckoo batch of fewer users is walked in one range of buckets, whatever :data:`FOLD_BYTES` says: its
-#: rows are revisited too few times for the bound to pay for each range's task (its set-up, its calls);
-#: measured at ML-100K, one thread (session 42): one range took 0.82x two ranges' time for 1 user, 0.89x
-#: for 4, 0.95x for 8 and 12, about the same for 16, more from 32 (1.03-1.06x)
-FOLD_USERS = 16
+#: rows are revisited too few times for the bound to pay for each range's task (its set-up, its calls).
+#: Measured in process, one thread (session 42; a batch's evaluation, one range against the bound's): at
+#: ML-100K (2 ranges) 0.82x for 1 user, 0.89x for 4, 0.95x for 8 and 12, about even at 16, 1.03-1.06x from
+#: 32; at the Yelp stand-in's size (80 ranges) 0.58x for 1 and 4 users, but 1.03x and 1.30x for 8 (load 5-8)
+FOLD_USERS = 8
 
 
 @dataclass(frozen=True)
