@@ -209,13 +209,14 @@ def place(result: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, P
         t_count[...] = sums.t_count.reshape(t_count.shape)
 
 
-def evaluate_into_task(task: tuple, *, signed: bool = True) -> None:
+def evaluate_into_task(task: tuple) -> None:
     """:func:`evaluate_task` of a range of buckets, its result written by the task itself
     (:func:`place`; a task of an in-process backend: ``task = (inner, answers, bits, folded, values,
-    key_conv, t_count)``; the walk writes the answers, bits, folded part and payload sums straight
-    into their views; ``folded`` (G, M, w) or, C-contiguous, (G, mp, w), and ``signed`` as
-    :func:`evaluate_task`'s)."""
-    inner, *views = task
+    key_conv, t_count)``, optionally an eighth element ``signed``, :func:`evaluate_task`'s (default
+    ``True``); the walk writes the answers, bits, folded part and payload sums straight into their
+    views; ``folded`` (G, M, w) or, C-contiguous, (G, mp, w))."""
+    inner, *views = task[:7]
+    signed = len(task) < 8 or bool(task[7])
     place(evaluate_task(inner, PayloadSums(views[4], views[5]), (views[0], views[1], views[2]), signed=signed),
           *views)
 

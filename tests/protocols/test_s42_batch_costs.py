@@ -242,9 +242,9 @@ def test_a_small_batch_is_walked_in_one_range(monkeypatch: pytest.MonkeyPatch) -
     tasks: list[int] = []
     into = server.evaluate_into_task
 
-    def counting(task: tuple, **kw: bool) -> None:
+    def counting(task: tuple) -> None:
         tasks.append(1)
-        into(task, **kw)
+        into(task)
 
     monkeypatch.setattr(server, "evaluate_into_task", counting)
     monkeypatch.setattr(server, "FOLD_BYTES", 1)

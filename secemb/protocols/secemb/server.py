@@ -445,7 +445,7 @@ class SecEmbServer(ServerRole):
         views = [(answers[:, lo:hi], bits[:, lo:hi], folded[lo:hi], values[:, lo:hi], key_conv[:, lo:hi],
                   t_count[:, lo:hi]) for lo, hi in spans]
         if self.backend.in_process:  # threads (or this process) form their range's task and place its results
-            self.backend.map(lambda k: evaluate_into_task((task(*spans[k]), *views[k]), signed=not unsigned),
+            self.backend.map(lambda k: evaluate_into_task((task(*spans[k]), *views[k], not unsigned)),
                              range(len(spans)))
         else:
             for result, v in zip(self.backend.map(evaluate_task, [task(lo, hi) for lo, hi in spans]), views,
