@@ -47,6 +47,7 @@ __all__ = [
     "aggregation_of",
     "bits_product",
     "bucket_shares",
+    "fold_buckets",
     "payload_shares",
     "payload_sums_of",
     "retrieve_and_prepare",
@@ -384,7 +385,9 @@ def retrieve_and_prepare_buckets(
     out: writeable views to write the first three results into, any strides (a batch's blocks:
         each written there once, not returned and copied by the caller): ``answers`` ring (U, B, D), ``t``
         uint8 (U, B, M) and ``conv_sum`` ring (B, M, w) (all overwritten; returned in place of new
-        arrays, so ``answers`` comes back (U, B, D)).
+        arrays, so ``answers`` comes back (U, B, D)); ``conv_sum`` may also be C-contiguous ring (B, mp, w)
+        in the walk's row layout (``mp = padded_leaves``: positions ``M..mp-1`` of a bucket pad it and come
+        back zero), which the walk sums into directly (no copy of it into a (B, M, w) view).
 
     Returns
     -------
@@ -404,11 +407,16 @@ def retrieve_and_prepare_buckets(
     cols, live = _bucket_rows(sizes, buckets, big_m, mp)
     users = k // buckets
     shapes = ((users, buckets, tables.shape[2]), (users, buckets, big_m), (buckets, big_m, agg_width))
+    # the folded part may also come in the walk's own row layout, (B, mp, w) C-contiguous (padding rows zero)
+    walk_rows = out is not None and len(out) == 3 and isinstance(out[2], np.ndarray) and (
+        out[2].shape == (buckets, mp, agg_width) and out[2].flags.c_contiguous)
     if out is not None and (len(out) != 3 or any(
-            not isinstance(o, np.ndarray) or o.shape != shape or o.dtype != dtype or not o.flags.writeable
-            for o, shape, dtype in zip(out, shapes, (tables.dtype, np.uint8, tables.dtype), strict=False))):
+            not isinstance(o, np.ndarray) or (o.shape != shape and not (j == 2 and walk_rows)) or o.dtype != dtype
+            or not o.flags.writeable
+            for j, (o, shape, dtype) in enumerate(zip(out, shapes, (tables.dtype, np.uint8, tables.dtype),
+                                                      strict=False)))):
         raise InvalidParameters(f"out must be writeable views {tables.dtype} {shapes[0]}, uint8 {shapes[1]} and "
-                                f"{tables.dtype} {shapes[2]}")
+                                f"{tables.dtype} {shapes[2]} (or C-contiguous {(buckets, mp, agg_width)})")
     key_conv = None if not payload_sums else np.empty((k, agg_width), tables.dtype) if payload_out is None else (
         payload_out.key_conv)  # the walk writes it
     if payload_sums and payload_out is not None:
@@ -418,8 +426,9 @@ def retrieve_and_prepare_buckets(
                                     f"({users}, {buckets}), got {payload_out.key_conv.dtype} "
                                     f"{payload_out.key_conv.shape} and {payload_out.t_count.dtype} "
                                     f"{payload_out.t_count.shape}")
-    # the walk sums into the caller's conv_sum where it has the walk's row layout (no padding rows)
-    direct = out[2] if out is not None and mp == big_m and out[2].flags.c_contiguous else None
+    # the walk sums into the caller's conv_sum where it has the walk's row layout (no padding rows, or the
+    # padded rows given)
+    direct = out[2] if out is not None and (walk_rows or (mp == big_m and out[2].flags.c_contiguous)) else None
     if direct is not None:
         conv_sum = direct.reshape(buckets * mp, agg_width)
         conv_sum[...] = 0
@@ -602,6 +611,48 @@ def bits_product(t: np.ndarray | Sequence[np.ndarray], cw: np.ndarray | Sequence
         np.negative(product, out=product)
     np.add(start, product, out=out)
     return out
+
+
+def fold_buckets(acc: np.ndarray, rows: np.ndarray, sizes: np.ndarray, *, negate: bool = False) -> None:
+    """``acc[i, :sizes[i]] += rows[i, :sizes[i]]`` (``-=`` with ``negate``: party 1's sign) in the
+    ring, for every bucket ``i``: a batch's folded part added into a running aggregate in the bucket
+    form; the positions past a bucket's size (its padding) are left as they are.
+
+    Parameters
+    ----------
+    acc: writeable C-contiguous ring (B, M, w), uint32 or uint64, updated in place.
+    rows: ring (B, R, w) of its dtype, ``R >= M`` (e.g. a walk's padded row layout, ``R = mp``:
+        :func:`retrieve_and_prepare_buckets`' ``out``), sharing no memory with ``acc``.
+    sizes: int (B,) in ``[0, M]``.
+
+    Raises
+    ------
+    InvalidParameters: arrays outside this contract (nothing is added).
+
+    With the compiled kernels a loop over each bucket's rows (its padding not read); the reference
+    adds the rows below each size through a mask."""
+    rings = (np.dtype(np.uint32), np.dtype(np.uint64))
+    if (not isinstance(acc, np.ndarray) or acc.dtype not in rings or acc.ndim != 3 or not acc.flags.c_contiguous
+            or not acc.flags.writeable):
+        raise InvalidParameters("fold_buckets: acc must be a writeable C-contiguous ring (B, M, w)")
+    buckets, big_m, width = acc.shape
+    if (not isinstance(rows, np.ndarray) or rows.dtype != acc.dtype or rows.ndim != 3 or rows.shape[0] != buckets
+            or rows.shape[1] < big_m or rows.shape[2] != width or np.may_share_memory(acc, rows)):
+        raise InvalidParameters(f"fold_buckets: rows must be {acc.dtype} ({buckets}, >= {big_m}, {width}) apart from "
+                                f"acc, got {getattr(rows, 'dtype', None)} {getattr(rows, 'shape', None)}")
+    cols = np.array(sizes, np.int64)  # a copy: the kernel reads it while it writes acc
+    if cols.shape != (buckets,) or (buckets and (int(cols.min()) < 0 or int(cols.max()) > big_m)):
+        raise InvalidParameters(f"fold_buckets: sizes must be ({buckets},) in [0, {big_m}]")
+    if kernels.compiled():
+        from secemb.fss._numba_kernels import fold_buckets as kernel
+
+        kernel(acc, kernels.read_only(rows), cols, bool(negate))  # (read-only, C-contiguous: one signature)
+        return
+    live = np.arange(big_m)[None, :] < cols[:, None]
+    if negate:
+        acc[live] -= rows[:, :big_m][live]
+    else:
+        acc[live] += rows[:, :big_m][live]
 
 
 def unmask_slots(answers: np.ndarray, unmask: np.ndarray, items: np.ndarray, rows: Sequence[np.ndarray],

@@ -13,7 +13,7 @@ says so by returning it from ``device_table``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import cast
 
 import numpy as np
@@ -30,20 +30,48 @@ __all__ = ["Buckets", "bits_task", "evaluate_into_task", "evaluate_projected_tas
            "place", "ranges", "tapered"]
 
 
+#: bucket ranges a :class:`Buckets` keeps the gathered form of (a round's tasks use a few)
+_KEPT_RANGES = 64
+
+
 @dataclass
 class Buckets:
     """The cuckoo layout's table as published: its rows and where each bucket position reads
     (``index`` int64 (B, M), -1 for padding); a task reads the bucket tables it evaluates
-    through the index (:meth:`tables`)."""
+    through the index (:meth:`tables`).  What a range's tasks read of it -- its gathered
+    matrix, whose index is copied and checked when made, and its buckets' sizes -- is made once
+    a round per range (kept for up to :data:`_KEPT_RANGES` ranges; not pickled), not once a task:
+    a server that takes devices one at a time runs a task per range a device (session 42)."""
 
     rows: LimbMatrix
     index: np.ndarray
+    _ranges: dict[tuple[int, int], tuple[LimbMatrix, np.ndarray]] = field(default_factory=dict, repr=False,
+                                                                         compare=False)
+
+    def __getstate__(self) -> dict:
+        return {"rows": self.rows, "index": self.index, "_ranges": {}}  # a worker makes its own
 
     def tables(self, lo: int, hi: int) -> LimbMatrix:
         """The bucket form (hi - lo, M, w) of buckets ``lo..hi-1``: the rows gathered through
         the index, which the compiled product reads in place (nothing is copied; the numpy
         reference gathers them where it reads them)."""
-        return self.rows.gather(self.index[lo:hi])
+        return self._range(lo, hi)[0]
+
+    def sizes(self, lo: int, hi: int) -> np.ndarray:
+        """int64 (hi - lo,): how many positions of each of buckets ``lo..hi-1`` hold a row (the
+        rest pad it; read-only)."""
+        return self._range(lo, hi)[1]
+
+    def _range(self, lo: int, hi: int) -> tuple[LimbMatrix, np.ndarray]:
+        got = self._ranges.get((lo, hi))
+        if got is None:
+            sizes = (self.index[lo:hi] >= 0).sum(axis=1).astype(np.int64)
+            sizes.flags.writeable = False
+            got = self.rows.gather(self.index[lo:hi]), sizes
+            if len(self._ranges) >= _KEPT_RANGES:
+                self._ranges.clear()
+            self._ranges[(lo, hi)] = got  # (threads may make one twice: the same values)
+        return got
 
 
 def evaluation_form(table: np.ndarray, layout: str | CuckooLayout, ring_bits: int) -> LimbMatrix | Buckets:
@@ -56,7 +84,7 @@ def evaluation_form(table: np.ndarray, layout: str | CuckooLayout, ring_bits: in
 
 
 def evaluate_task(task: tuple, sums_into: PayloadSums | None = None,
-                  into: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+                  into: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None, *, signed: bool = True,
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, PayloadSums | None]:
     """Evaluate a batch of users' keys (module-level: it runs in worker processes too).
 
@@ -84,7 +112,10 @@ def evaluate_task(task: tuple, sums_into: PayloadSums | None = None,
     sums into, key_conv (U, G, w) and t_count (U, G) (a batch's views), returned as the fifth result.
     ``into`` (cuckoo form): the views the walk writes the answers (U, G, w + T), control bits
     (U, G, M) and folded part (G, M, w) into (:func:`~secemb.fss.fused.retrieve_and_prepare_buckets`'s
-    ``out``), returned as the first three results.
+    ``out``), returned as the first three results; the folded part's view may also be C-contiguous
+    (G, mp, w), the walk's row layout (its padding positions come back zero).  ``signed=False`` (cuckoo
+    form): the folded part comes back as ``sum Convert_agg``, without the factor ``(-1)^b`` (party 1's
+    negation, one pass over it, left to the caller, which adds it into its aggregate with the sign).
     """
     form, party, keys, handle, width, buckets, check_args = task[:7]
     sums = len(task) > 7 and bool(task[7])
@@ -106,7 +137,7 @@ def evaluate_task(task: tuple, sums_into: PayloadSums | None = None,
         cw = batch.cw_out.reshape(users, -1, batch.cw_out.shape[1])[:, lo:hi].reshape(len(path), -1)
     else:
         path, cw = keys.path, keys.cw_out
-    sizes = (table.index[lo:hi] >= 0).sum(axis=1)
+    sizes = table.sizes(lo, hi)
     payload = None
     if sums:
         answers, t, conv, payload = retrieve_and_prepare_buckets(path, party, cw, table.tables(lo, hi), width,
@@ -115,7 +146,7 @@ def evaluate_task(task: tuple, sums_into: PayloadSums | None = None,
     else:
         answers, t, conv = retrieve_and_prepare_buckets(path, party, cw, table.tables(lo, hi), width, sizes=sizes,
                                                         check=check, out=into)
-    if party:
+    if party and signed:
         np.negative(conv, out=conv)
     return answers, t, conv, values, payload
 
@@ -181,10 +212,13 @@ def place(result: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, P
 def evaluate_into_task(task: tuple) -> None:
     """:func:`evaluate_task` of a range of buckets, its result written by the task itself
     (:func:`place`; a task of an in-process backend: ``task = (inner, answers, bits, folded, values,
-    key_conv, t_count)``; the walk writes the answers, bits, folded part and payload sums straight
-    into their views)."""
-    inner, *views = task
-    place(evaluate_task(inner, PayloadSums(views[4], views[5]), (views[0], views[1], views[2])), *views)
+    key_conv, t_count)``, optionally an eighth element ``signed``, :func:`evaluate_task`'s (default
+    ``True``); the walk writes the answers, bits, folded part and payload sums straight into their
+    views; ``folded`` (G, M, w) or, C-contiguous, (G, mp, w))."""
+    inner, *views = task[:7]
+    signed = len(task) < 8 or bool(task[7])
+    place(evaluate_task(inner, PayloadSums(views[4], views[5]), (views[0], views[1], views[2]), signed=signed),
+          *views)
 
 
 def ranges(n: int, parts: int) -> list[tuple[int, int]]:

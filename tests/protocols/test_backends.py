@@ -392,9 +392,10 @@ def test_large_results_come_back_through_shared_memory_and_leave_none_behind() -
 def test_the_cache_bound_splits_buckets_without_changing_the_round(relay: bool,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """A cuckoo batch folded in one range of buckets, or in one range per bucket (a cache
-    bound of one byte), gives the same replies and aggregate."""
+    bound of one byte, for a batch of any size), gives the same replies and aggregate."""
     whole = _round(SerialBackend(), "cuckoo", relay)
     monkeypatch.setattr(secemb_server, "FOLD_BYTES", 1)
+    monkeypatch.setattr(secemb_server, "FOLD_USERS", 1)
     split = _round(SerialBackend(), "cuckoo", relay)
     assert whole[0] == split[0]
     assert np.array_equal(whole[1], split[1]) and np.array_equal(whole[2], split[2])

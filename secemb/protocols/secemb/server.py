@@ -20,7 +20,7 @@ from secemb.fss import rangeproof, sketchproof
 from secemb.fss.field import batch_nbytes
 from secemb.fss.hashing import bytes_rows, row_bytes
 from secemb.fss.sketch import SKETCH_SEED_BYTES, Expanded, expand, server_inputs_many
-from secemb.fss.fused import PayloadSums, PreparedAggregation
+from secemb.fss.fused import PayloadSums, PreparedAggregation, fold_buckets
 from secemb.fss.tasks import (
     bits_task,
     evaluate_into_task,
@@ -84,7 +84,7 @@ from secemb.sharing import reconstruct
 if TYPE_CHECKING:
     from secemb.fss.gpu import DeviceTable
 
-__all__ = ["EVAL_BYTES", "FOLD_BYTES", "Request", "SecEmbServer"]
+__all__ = ["EVAL_BYTES", "FOLD_BYTES", "FOLD_USERS", "Request", "SecEmbServer"]
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -99,6 +99,12 @@ EVAL_BYTES = 1 << 30
 #: buckets' (M, w) blocks, revisited once per user) stay within about this many bytes, so
 #: they are summed in cache instead of streamed through memory once per user
 FOLD_BYTES = 1 << 20
+#: a cuckoo batch of fewer users is walked in one range of buckets, whatever :data:`FOLD_BYTES` says: its
+#: rows are revisited too few times for the bound to pay for each range's task (its set-up, its calls).
+#: Measured in process, one thread (session 42; a batch's evaluation, one range against the bound's): at
+#: ML-100K (2 ranges) 0.82x for 1 user, 0.89x for 4, 0.95x for 8 and 12, about even at 16, 1.03-1.06x from
+#: 32; at the Yelp stand-in's size (80 ranges) 0.58x for 1 and 4 users, but 1.03x and 1.30x for 8 (load 5-8)
+FOLD_USERS = 8
 
 
 @dataclass(frozen=True)
@@ -223,11 +229,26 @@ class Request:
     sigma: bytes | None = None  # server 1, verified uploads: the device's proof seed, sent with the request
 
 
+@dataclass(frozen=True)
+class _Unsigned:
+    """A cuckoo batch's folded part as its walk left it, for the commit to add into the running
+    aggregate with the party's sign: ``rows`` ring (B, mp, w), ``sum Convert_agg`` in the walk's
+    row layout (bucket ``i``'s position ``x`` at ``[i, x]``; positions ``M..mp-1`` pad it, zero),
+    without the factor ``(-1)^b`` (``negate``: party 1 subtracts it).  A batch after the round's
+    first takes this form (:meth:`SecEmbServer._evaluate_buckets`): the walk sums into it directly,
+    sparing a copy into the layout's form and (party 1) a negation, each a pass over a table-sized
+    array a batch (session 42)."""
+
+    rows: np.ndarray
+    negate: bool
+
+
 #: an evaluation's per-user answers (a list, or the rows of one array (n, S, w + T): the cuckoo
-#: layout's batch) and control bits, summed folded part, (verified uploads) the users' sketch values
-#: uint64 (n, S, 3), (bounded payloads, cuckoo layout) per-user payload sums and (bounded payloads,
-#: full layout) per-user projections of the folded part, ring (n, ROWS)
-_Evaluated = tuple[list[np.ndarray] | np.ndarray, list[np.ndarray], np.ndarray, np.ndarray | None,
+#: layout's batch) and control bits, summed folded part (in the layout's form with the party's sign, or
+#: :class:`_Unsigned`), (verified uploads) the users' sketch values uint64 (n, S, 3), (bounded payloads,
+#: cuckoo layout) per-user payload sums and (bounded payloads, full layout) per-user projections of the
+#: folded part, ring (n, ROWS)
+_Evaluated = tuple[list[np.ndarray] | np.ndarray, list[np.ndarray], np.ndarray | _Unsigned, np.ndarray | None,
                    list[PayloadSums] | None, np.ndarray | None]
 
 
@@ -335,7 +356,7 @@ class SecEmbServer(ServerRole):
 
     # -- retrieval ---------------------------------------------------------------------
     def _evaluate(self, keys: fss.DPFKeys, seeds: list[bytes] | None = None, sums: bool = False,
-                  challenges: list[bytes] | None = None) -> _Evaluated:
+                  challenges: list[bytes] | None = None, *, unsigned: bool = False) -> _Evaluated:
         """Per-user answers and control bits, and the summed folded part, for a batch of
         users' keys (user-major: user ``u``'s are keys ``u S .. u S + S - 1``), chunked over
         the backend's workers: by users, or (cuckoo layout, CPU) by ranges of buckets, so that
@@ -347,7 +368,10 @@ class SecEmbServer(ServerRole):
         gpu backend, whose walk does not sum them).  With ``challenges`` (bounded payloads, full
         layout: the users' challenges ``c_u``), also each user's projections under ``c_u`` of its
         folded part (:func:`~secemb.fss.tasks.evaluate_projected_task`: the walk user by user; ``None``
-        on the gpu backend, whose walk keeps no user's part)."""
+        on the gpu backend, whose walk keeps no user's part).  ``unsigned``: the folded part may come
+        as :class:`_Unsigned` (a batch to commit, :meth:`_commit_evaluated`; cuckoo layout on the CPU, a
+        batch after the round's first: :meth:`_evaluate_buckets`), else it is an array in the layout's
+        form with the party's sign."""
         cfg = self._cfg()
         n = len(keys) // cfg.slots
         mp = padded_leaves(key_params(cfg))
@@ -357,8 +381,9 @@ class SecEmbServer(ServerRole):
         per_user = leaves * (cfg.dtype.itemsize + 1)
         if cfg.layout == "cuckoo" and self._device is None:
             fold = leaves * cfg.width * cfg.dtype.itemsize  # the bucket rows the walk folds into
-            return self._evaluate_buckets(keys, max(-(-n * per_user // EVAL_BYTES), -(-fold // FOLD_BYTES)),
-                                          None if seeds is None else expand(seeds, mp), sums)
+            cached = -(-fold // FOLD_BYTES) if n >= FOLD_USERS else 1
+            return self._evaluate_buckets(keys, max(-(-n * per_user // EVAL_BYTES), cached),
+                                          None if seeds is None else expand(seeds, mp), sums, unsigned)
         tasks_n = max(min(n, self.backend.workers), -(-n // max(1, EVAL_BYTES // per_user)))
         form = "device" if self._device is not None else cfg.layout  # the table's form (secemb.fss.tasks)
         project = challenges is not None and form == "full"
@@ -384,10 +409,11 @@ class SecEmbServer(ServerRole):
         return answers, bits, folded, values, payload, None
 
     def _evaluate_buckets(self, stacked: fss.DPFKeys, parts: int, expanded: Expanded | None,
-                          sums: bool) -> _Evaluated:
+                          sums: bool, unsigned: bool = False) -> _Evaluated:
         """:meth:`_evaluate` of the cuckoo layout in tasks of every user's keys of a range of
         buckets (at least ``parts`` ranges, one per worker if more); ``expanded``: the users'
-        expanded sketch seeds (:func:`~secemb.fss.sketch.expand`), or ``None``."""
+        expanded sketch seeds (:func:`~secemb.fss.sketch.expand`), or ``None``; ``unsigned`` as
+        :meth:`_evaluate`'s."""
         cfg = self._cfg()
         slots = cfg.slots
         n = len(stacked) // slots  # user-major: user u's keys are rows u B .. u B + B - 1
@@ -405,19 +431,28 @@ class SecEmbServer(ServerRole):
         big_m = cfg.cuckoo().bucket_size
         answers = np.empty((n, slots, cfg.width + tag_words(cfg)), cfg.dtype)
         bits = np.empty((n, slots, big_m), np.uint8)
-        folded = self._fold_target((slots, big_m, cfg.width), cfg.dtype)
+        # a batch after the round's first (read outside the lock: a stale "not yet" takes the first's form,
+        # which commits either way) is added into the aggregate at its commit: walked unsigned in the walk's
+        # row layout (:class:`_Unsigned`); the first is adopted as the aggregate (:meth:`_commit_evaluated`)
+        unsigned = unsigned and self.backend.in_process and self._folded
+        if unsigned:
+            folded = np.empty((slots, padded_leaves(key_params(cfg)), cfg.width), cfg.dtype)
+        else:
+            folded = self._fold_target((slots, big_m, cfg.width), cfg.dtype)
         values = np.empty((n, slots, 3), np.uint64)  # with the sketch, every range writes its own
         key_conv = np.empty((n, slots, cfg.width if sums else 0), cfg.dtype)  # with sums, likewise
         t_count = np.empty((n, slots if sums else 0), np.int64)
         views = [(answers[:, lo:hi], bits[:, lo:hi], folded[lo:hi], values[:, lo:hi], key_conv[:, lo:hi],
                   t_count[:, lo:hi]) for lo, hi in spans]
         if self.backend.in_process:  # threads (or this process) form their range's task and place its results
-            self.backend.map(lambda k: evaluate_into_task((task(*spans[k]), *views[k])), range(len(spans)))
+            self.backend.map(lambda k: evaluate_into_task((task(*spans[k]), *views[k], not unsigned)),
+                             range(len(spans)))
         else:
             for result, v in zip(self.backend.map(evaluate_task, [task(lo, hi) for lo, hi in spans]), views,
                                  strict=True):
                 place(result, *v)
-        return (answers, list(bits), folded, None if expanded is None else values,
+        return (answers, list(bits), _Unsigned(folded, bool(self.party)) if unsigned else folded,
+                None if expanded is None else values,
                 [PayloadSums(c, k) for c, k in zip(key_conv, t_count, strict=True)] if sums else None, None)
 
     def _fold_target(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -441,7 +476,9 @@ class SecEmbServer(ServerRole):
         payloads, full layout) its ``challenges`` entry and projections until its upload; the
         answers (user ``j``'s at ``[j]``: a list, or the rows of the batch's array)."""
         answers, bits, folded, values, sums, projected = evaluated
-        if self._folded or not folded.flags.writeable:
+        if isinstance(folded, _Unsigned):  # (the aggregate is zero until the round's first batch)
+            fold_buckets(self._sparse, folded.rows, np.diff(self._cfg().cuckoo().indptr), negate=folded.negate)
+        elif self._folded or not folded.flags.writeable:
             self._sparse += folded
         else:  # the round's first batch (usually its only one): adopt it, sparing a pass
             self._sparse = folded
@@ -534,7 +571,7 @@ class SecEmbServer(ServerRole):
         uploads, :meth:`_sketch_seeds`; else ``None``) and bound ``challenges`` (bounded payloads,
         full layout, :meth:`_bound_challenges`; else ``None``): their keys are a view of the batch
         they were parsed into where they are its consecutive blocks (a whole batch, usually), else
-        copies."""
+        copies; for :meth:`_commit_evaluated` (its folded part may be :class:`_Unsigned`)."""
         first, lo, n = requests[0].batch, requests[0].block, len(requests)
         if first is not None and all(q.batch is first and q.block == lo + j for j, q in enumerate(requests)):
             slots = self._cfg().slots
@@ -543,7 +580,8 @@ class SecEmbServer(ServerRole):
             keys = fss.DPFKeys.concat([q.keys for q in requests])
         # bounded payloads: cuckoo layout, the payload sums its check projects; full layout, the projections
         # of the folded part under each user's challenge
-        return self._evaluate(keys, seeds, self._bound is not None and self._cfg().layout == "cuckoo", challenges)
+        return self._evaluate(keys, seeds, self._bound is not None and self._cfg().layout == "cuckoo", challenges,
+                              unsigned=True)
 
     def _bound_challenges(self, users: list[int], digests: list[bytes]) -> list[bytes] | None:
         """Bounded payloads, full layout: per user of ``users`` (with its key digest:
