@@ -131,6 +131,30 @@ def _word_overload(like, value):  # noqa: ANN001, ANN202
     return lambda like, value: np.uint64(value)
 
 
+def _rings_agree(x, out, sums):  # noqa: ANN001, ANN202
+    """Whether ring ``x`` (uint32 or uint64) and ``out`` share a dtype and ``sums`` is int32: the plane
+    kernels' arrays (finding S42-S1: an ``out`` of another dtype got unreduced words, a ``sums`` of another
+    4-byte dtype was read as its own); a compile-time answer (the overload below), never called from Python."""
+    raise NotImplementedError("_rings_agree is a numba intrinsic")
+
+
+@overload(_rings_agree)
+def _rings_agree_overload(x, out, sums):  # noqa: ANN001, ANN202
+    agree = x.dtype in (types.uint32, types.uint64) and out.dtype == x.dtype and sums.dtype == types.int32
+    return lambda x, out, sums: agree
+
+
+@njit(inline="always")
+def _devices_within(x, at, out, to):  # noqa: ANN001, ANN202
+    """Whether every device ``at[m]`` is a row of ``x`` and every ``to[m]`` a row of ``out``: the plane kernels
+    check them all before their first pass, which reads and writes by address (finding S42-S2: ``at`` was
+    checked pass by pass, after earlier passes had written their rows of ``out``)."""
+    for m in range(at.size):
+        if not (0 <= at[m] < x.shape[0] and 0 <= to[m] < out.shape[0]):
+            return False
+    return True
+
+
 def _entry_words() -> np.ndarray:
     """uint32 (256,): word ``v`` holds the four int8 entries of a stream byte ``v`` (entry ``q``:
     ``a - b``, ``a = (v >> 2 q) & 1``, ``b = (v >> (2 q + 1)) & 1``) as the bytes it is made of,
@@ -611,9 +635,10 @@ def tile_products(t: np.ndarray, rows: int, x: np.ndarray, at: np.ndarray, out: 
             or planes.strides[1] != 4 or planes.strides[0] != 4 * width or sums.strides[1] != 4
             or sums.strides[0] != 4 * width or at.size != to.size):
         raise ValueError("tile_products: rows, planes or sums of the wrong shape")
-    for m in range(at.size):  # numba checks no index: none may leave out (word_planes checks at)
-        if not 0 <= to[m] < out.shape[0]:
-            raise ValueError("tile_products: a device's row out of out's shape")
+    if not _rings_agree(x, out, sums):
+        raise ValueError("tile_products: x and out of one ring's dtype and int32 sums only")
+    if not _devices_within(x, at, out, to):  # numba checks no index: none may leave x or out
+        raise ValueError("tile_products: a device's row out of x's or out's shape")
     group = width // per
     for lo in range(0, at.size, group):
         devices = min(group, at.size - lo)
@@ -723,9 +748,10 @@ def dot_products(t: np.ndarray, rows: int, x: np.ndarray, at: np.ndarray, out: n
             or t.strides[1] != 1 or t.strides[0] % 4 or planes.strides[1] != 4 or planes.strides[0] != 64
             or sums.strides[1] != 4 or sums.strides[0] != 64 or x.strides[1] != per):
         raise ValueError("dot_products: rows, planes or sums of the wrong shape")
-    for m in range(at.size):  # numba checks no index: none may leave out (word_planes checks at)
-        if not 0 <= to[m] < out.shape[0]:
-            raise ValueError("dot_products: a device's row out of out's shape")
+    if not _rings_agree(x, out, sums):
+        raise ValueError("dot_products: x and out of one ring's dtype and int32 sums only")
+    if not _devices_within(x, at, out, to):  # numba checks no index: none may leave x or out
+        raise ValueError("dot_products: a device's row out of x's or out's shape")
     group = TILE_ROWS // per
     for lo in range(0, at.size, group):
         devices = min(group, at.size - lo)

@@ -616,8 +616,6 @@ def test_dot_products_refuse_devices_out_of_range_before_writing(dtype: type) ->
 
 
 @needs_dots
-@pytest.mark.xfail(strict=True, reason="S42-S2: dot_products checks at against x pass by pass (word_planes), after "
-                   "writing the earlier passes' rows of out")
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_dot_products_refuse_a_device_outside_x_in_a_later_pass_before_writing(dtype: type) -> None:
     """Five devices (two passes on a uint32 ring, three on a uint64 one), the last index outside ``x``: refused,
@@ -724,8 +722,6 @@ def test_projections_on_both_paths_at_odd_shapes(dots: bool, dtype: type, rows: 
 
 
 @needs_dots
-@pytest.mark.xfail(strict=True, reason="S42-S1: dot_products takes sums of another 4-byte dtype and an out of another "
-                   "dtype than x, and writes words that are not the ring's")
 @pytest.mark.parametrize("what", ["sums uint32", "sums float32", "x uint32, out uint64"])
 def test_dot_products_refuse_scratches_and_outputs_of_another_dtype(what: str) -> None:
     """Every word ``2^k - 1`` on rows of every entry -1 (each plane's sum negative): a ``sums`` scratch of
