@@ -258,6 +258,37 @@ _I8, _I32, _I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
 _V8I8, _V8I32 = ir.VectorType(_I8, 8), ir.VectorType(_I32, 8)
 
 
+def _summing_loop(builder: ir.IRBuilder, count: ir.Value, vector: ir.VectorType, n: int,
+                  body: Callable[[ir.Value, list[ir.Value]], list[ir.Value]]) -> list[ir.Value]:
+    """Emit ``for step in range(count)`` (``count`` an i64) over ``n`` accumulators of type ``vector``, each from
+    zero: ``body(step, accs)`` emits one step in the loop's block and returns the new accumulators (it adds no
+    block).  Returns the final sums, zero where ``count <= 0``, in the block after the loop (where the builder
+    is left).  The loop of :func:`_sign_sums` and :func:`_dot_sums`."""
+    zero = ir.Constant(vector, None)
+    start = builder.block
+    loop, done = builder.append_basic_block("sums.loop"), builder.append_basic_block("sums.done")
+    builder.cbranch(builder.icmp_signed(">", count, ir.Constant(_I64, 0)), loop, done)
+    builder.position_at_end(loop)
+    step = builder.phi(_I64)
+    accs = [builder.phi(vector) for _ in range(n)]
+    sums = body(step, accs)
+    following = builder.add(step, ir.Constant(_I64, 1))
+    step.add_incoming(ir.Constant(_I64, 0), start)
+    step.add_incoming(following, loop)
+    for acc, got in zip(accs, sums, strict=True):
+        acc.add_incoming(zero, start)
+        acc.add_incoming(got, loop)
+    builder.cbranch(builder.icmp_signed("<", following, count), loop, done)
+    builder.position_at_end(done)
+    finals = []
+    for got in sums:  # a block's phi nodes come first
+        final = builder.phi(vector)
+        final.add_incoming(zero, start)
+        final.add_incoming(got, loop)
+        finals.append(final)
+    return finals
+
+
 @intrinsic
 def _sign_sums(typingctx, rows, words, blocks):  # noqa: ANN001, ANN201 - numba intrinsic protocol
     """The ``4 SIGN_ROWS`` sums ``sum_j t_r[j] x_d[j] mod 2^32`` over the first ``16 blocks`` entries of
@@ -274,35 +305,19 @@ def _sign_sums(typingctx, rows, words, blocks):  # noqa: ANN001, ANN201 - numba 
         total = builder.module.declare_intrinsic("llvm.vector.reduce.add.v8i32", fnty=ir.FunctionType(_I32, [_V8I32]))
         tps = [builder.inttoptr(builder.extract_value(args[0], r), _V8I8.as_pointer()) for r in range(SIGN_ROWS)]
         xps = [builder.inttoptr(builder.extract_value(args[1], d), _V8I32.as_pointer()) for d in range(4)]
-        zero = ir.Constant(_V8I32, None)
-        start = builder.block
-        loop, done = builder.append_basic_block("signs.loop"), builder.append_basic_block("signs.done")
-        builder.cbranch(builder.icmp_signed(">", args[2], ir.Constant(_I64, 0)), loop, done)
-        builder.position_at_end(loop)
-        block = builder.phi(_I64)
-        accs = [builder.phi(_V8I32) for _ in range(4 * SIGN_ROWS)]
-        sums = list(accs)
-        for u in range(SIGN_BLOCK // 8):
-            at = builder.add(builder.mul(block, ir.Constant(_I64, SIGN_BLOCK // 8)), ir.Constant(_I64, u))
-            entries = [builder.sext(builder.load(builder.gep(tp, [at]), align=1), _V8I32) for tp in tps]
-            for d, xp in enumerate(xps):
-                x = builder.load(builder.gep(xp, [at]), align=4)
-                for r, e in enumerate(entries):
-                    sums[4 * r + d] = builder.add(sums[4 * r + d], builder.call(psign, [x, e]))
-        following = builder.add(block, ir.Constant(_I64, 1))
-        block.add_incoming(ir.Constant(_I64, 0), start)
-        block.add_incoming(following, loop)
-        for acc, got in zip(accs, sums, strict=True):
-            acc.add_incoming(zero, start)
-            acc.add_incoming(got, loop)
-        builder.cbranch(builder.icmp_signed("<", following, args[2]), loop, done)
-        builder.position_at_end(done)
-        finals = []
-        for got in sums:
-            final = builder.phi(_V8I32)
-            final.add_incoming(zero, start)
-            final.add_incoming(got, loop)
-            finals.append(final)
+
+        def step(block: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
+            sums = list(accs)
+            for u in range(SIGN_BLOCK // 8):
+                at = builder.add(builder.mul(block, ir.Constant(_I64, SIGN_BLOCK // 8)), ir.Constant(_I64, u))
+                entries = [builder.sext(builder.load(builder.gep(tp, [at]), align=1), _V8I32) for tp in tps]
+                for d, xp in enumerate(xps):
+                    x = builder.load(builder.gep(xp, [at]), align=4)
+                    for r, e in enumerate(entries):
+                        sums[4 * r + d] = builder.add(sums[4 * r + d], builder.call(psign, [x, e]))
+            return sums
+
+        finals = _summing_loop(builder, args[2], _V8I32, 4 * SIGN_ROWS, step)
         return context.make_tuple(builder, sig.return_type, [builder.call(total, [f]) for f in finals])
 
     return sig, codegen
@@ -693,34 +708,18 @@ def _dot_sums(typingctx, planes, steps, entries, entry_stride, sums):  # noqa: A
         plane_at = builder.inttoptr(args[0], _V16I32.as_pointer())
         entry_at = [builder.inttoptr(builder.add(args[2], builder.mul(args[3], ir.Constant(_I64, r))),
                                      _I32.as_pointer()) for r in range(DOT_ROWS)]
-        zero, undefined = ir.Constant(_V16I32, None), ir.Constant(_V16I32, ir.Undefined)
-        everywhere = ir.Constant(_V16I32, [0] * 16)
-        start = builder.block
-        loop, done = builder.append_basic_block("dots.loop"), builder.append_basic_block("dots.done")
-        builder.cbranch(builder.icmp_signed(">", args[1], ir.Constant(_I64, 0)), loop, done)
-        builder.position_at_end(loop)
-        step = builder.phi(_I64)
-        accs = [builder.phi(_V16I32) for _ in range(DOT_ROWS)]
-        plane = builder.load(builder.gep(plane_at, [step]), align=4)
-        sums = []
-        for acc, at in zip(accs, entry_at, strict=True):
-            four = builder.insert_element(undefined, builder.load(builder.gep(at, [step]), align=1),
-                                          ir.Constant(_I32, 0))
-            sums.append(builder.call(dot, [acc, plane, builder.shuffle_vector(four, undefined, everywhere)]))
-        following = builder.add(step, ir.Constant(_I64, 1))
-        step.add_incoming(ir.Constant(_I64, 0), start)
-        step.add_incoming(following, loop)
-        for acc, got in zip(accs, sums, strict=True):
-            acc.add_incoming(zero, start)
-            acc.add_incoming(got, loop)
-        builder.cbranch(builder.icmp_signed("<", following, args[1]), loop, done)
-        builder.position_at_end(done)
-        finals = []
-        for got in sums:  # a block's phi nodes come first
-            final = builder.phi(_V16I32)
-            final.add_incoming(zero, start)
-            final.add_incoming(got, loop)
-            finals.append(final)
+        undefined, everywhere = ir.Constant(_V16I32, ir.Undefined), ir.Constant(_V16I32, [0] * 16)
+
+        def step(at: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
+            plane = builder.load(builder.gep(plane_at, [at]), align=4)
+            sums = []
+            for acc, row in zip(accs, entry_at, strict=True):
+                four = builder.insert_element(undefined, builder.load(builder.gep(row, [at]), align=1),
+                                              ir.Constant(_I32, 0))
+                sums.append(builder.call(dot, [acc, plane, builder.shuffle_vector(four, undefined, everywhere)]))
+            return sums
+
+        finals = _summing_loop(builder, args[1], _V16I32, DOT_ROWS, step)
         sum_at = builder.inttoptr(args[4], _V16I32.as_pointer())
         for r, final in enumerate(finals):
             builder.store(final, builder.gep(sum_at, [ir.Constant(_I64, r)]), align=4)

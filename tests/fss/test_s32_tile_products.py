@@ -9,11 +9,10 @@ without it, also on two threads at once."""
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from projection_spec import random_ring, spec_rows
+from projection_spec import garbage, projections_on_two_threads, python_products, random_ring, spec_rows
 
 from secemb.fss import kernels
 
@@ -28,17 +27,6 @@ def _tiles_here() -> bool:
 
 needs_tiles = pytest.mark.skipif(not kernels.compiled() or not _tiles_here(), reason="needs AMX (and Linux's leave)")
 DTYPES = [np.uint32, np.uint64]
-
-
-def _python(rows: list[list[int]], x: np.ndarray, at: np.ndarray, k: int) -> list[list[int]]:
-    """out[m, i] = sum_j rows[i][j] x[at[m], j] mod 2^k, in Python ints."""
-    return [[sum(e * int(v) for e, v in zip(row, x[d].tolist(), strict=True)) % (1 << k) for row in rows]
-            for d in at.tolist()]
-
-
-def _garbage(a: np.ndarray) -> None:
-    """Fill a scratch with random bytes: whatever its last use left."""
-    a.view(np.uint8).reshape(-1)[:] = np.frombuffer(os.urandom(a.nbytes), np.uint8)
 
 
 @needs_tiles
@@ -57,13 +45,13 @@ def test_tile_products_match_python_ints(dtype: type, length: int, rows: int, de
     products = Products(np.dtype(dtype), rows, length)
     assert products.tiles and products.group == 16 // np.dtype(dtype).itemsize
     for scratch in (products.t, products.planes, products.sums):
-        _garbage(scratch)
+        garbage(scratch)
     products.expand(_streams([row_key(seed)], _stream_bytes(rows, length)), 0)
     at = np.random.default_rng().permutation(devices)  # test data order only
     to = np.random.default_rng().permutation(devices + 2)[:devices]  # some output rows stay untouched
     out = np.full((devices + 2, rows), 7, dtype)
     products.project(x, at, out, to)
-    assert out[to].tolist() == _python(spec_rows(seed, rows, length), x, at, k)
+    assert out[to].tolist() == python_products(spec_rows(seed, rows, length), x, at, k)
     assert (out[np.setdiff1d(np.arange(devices + 2), to)] == 7).all()
 
 
@@ -107,7 +95,7 @@ def test_word_planes_are_each_words_bytes_transposed(dtype: type, length: int) -
     x = random_ring((3, length), dtype)
     at = np.array([2, 0])
     planes = np.empty((-(-length // 4) + 2, 16), np.uint32)
-    _garbage(planes)
+    garbage(planes)
     before = planes.copy()
     word_planes(x, at, planes)
     padded = np.zeros((3, 4 * planes.shape[0]), dtype)
@@ -160,26 +148,9 @@ def test_projections_with_and_without_tiles_on_two_threads(tiles: bool, dtype: t
     """project_each and project_affine of 9 devices (two seeds) on both kernels, two calls at once on two
     threads (each thread its own tile configuration), against Python ints on the specification's rows."""
     from secemb.fss import _projection_kernels as pk
-    from secemb.fss.projections import project_affine, project_each
 
     monkeypatch.setattr(pk, "tiles", lambda: tiles)
-    k, rows, slots, width, dense = 8 * np.dtype(dtype).itemsize, 40, 6, 13, 3
-    seeds = [os.urandom(16) for _ in range(2)]
-    which = [0, 1, 1, 0, 1, 1, 1, 0, 1]
-    parts = [(random_ring((slots, width), dtype), np.frombuffer(os.urandom(slots), np.uint8).astype(np.int64),
-              random_ring((slots, width), dtype), random_ring((dense,), dtype)) for _ in which]
-    vectors = np.array([[(-(int(b) + int(c) * int(w))) % (1 << k)
-                         for brow, c, wrow in zip(base, count, words, strict=True)
-                         for b, w in zip(brow.tolist(), wrow.tolist(), strict=True)] + tail.tolist()
-                        for base, count, words, tail in parts], dtype)
-    spec = [spec_rows(s, rows, vectors.shape[1]) for s in seeds]
-    want = [_python(spec[w], vectors, np.array([d]), k)[0] for d, w in enumerate(which)]
-    chosen = [seeds[w] for w in which]
-    with ThreadPoolExecutor(2) as pool:
-        calls = [pool.submit(project_affine, chosen, True, parts, rows) for _ in range(3)]
-        calls += [pool.submit(project_each, chosen, vectors, rows) for _ in range(3)]
-        for call in calls:
-            assert call.result().tolist() == want
+    projections_on_two_threads(dtype)
 
 
 @pytest.mark.parametrize("length", [1, 5, 64, 65, 16251])
