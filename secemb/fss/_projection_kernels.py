@@ -91,8 +91,9 @@ the same byte planes, in the same layout (a step of four entries is one 64-byte 
 devices or two uint64 ones), and the rows in :func:`expand_rows`' layout; ``vpdpbusd`` multiplies a step's 64
 plane bytes by the row's four entries, broadcast to every column, and adds each column's four products into its
 int32 sum: one instruction a row a step, where :func:`sign_products` takes a ``vpsignd`` and an add for eight
-words of one device.  For 20 devices of 16,251 uint32 words and 40 rows on this AMD EPYC (Zen 5; a ``/tmp``
-script, thread CPU, medians of 30, load 0.5-1): 173-183 us (the planes 52 of it) against ``vpsignd``'s 267-279.
+words of one device.  For 20 devices of 16,251 uint32 words and 40 rows on this AMD EPYC (Zen 5;
+/work/notes/s42/vnni/proto.py, thread CPU, medians of 30, load 0.5-1): 173-183 us (the planes 52 of it) against
+``vpsignd``'s 267-279.
 Forming the planes with 512-bit shuffles, four steps a load, took the same 52 us: it is bound by the words' and
 planes' traffic, not by its shuffles.  In the bench's flow (100 devices a round, both servers, thread CPU, load 5)
 a round's passes took 2.1 ms to form the vectors from their cold parts (0.8 run again at once), 1.0 their planes
@@ -686,8 +687,8 @@ def plane_sums(sums: np.ndarray, rows: int, per: int, devices: int, out: np.ndar
 #: whether :func:`dot_products` can run here: AVX-512 VNNI (``vpdpbusd`` on 512-bit vectors)
 DOTS = bool(host_cpu_features().get("avx512vnni"))
 #: rows a pass of :func:`_dot_sums`: one 512-bit sum a row (ten of AVX-512's 32 registers); 8, 10, 20 and 40
-#: rows a pass took 207-217, 173-177, 182-183 and 283-286 us for 20 devices of 16,251 words and 40 rows (a
-#: ``/tmp`` script, thread CPU, medians of 30, load 0.5-1, session 42)
+#: rows a pass took 207-217, 173-177, 182-183 and 283-286 us for 20 devices of 16,251 words and 40 rows
+#: (/work/notes/s42/vnni/proto.py, outside the repository; thread CPU, medians of 30, load 0.5-1, session 42)
 DOT_ROWS = 10
 _V16I32 = ir.VectorType(_I32, 16)
 
