@@ -32,7 +32,8 @@ server 0 draws one projection challenge per batch of uploads it absorbs, so the 
 share one; full layout: each device's own, which both servers derive at its retrieval
 (``"challenges"`` in the JSON: the distinct challenges of a bounded round, its median).  The proof
 counts in the device's upload bytes, the check's request and answer in the server-to-server
-bytes.
+bytes.  Each line names its machine (``"machine"``: :func:`~secemb.bench.machine.machine_info`, with the
+kernels' paths: e.g. ``avx512vnni`` among its features, the bound check's projections as VNNI dot products).
 
 With ``--roles`` each kind's figures also hold ``"roles"``: the median seconds a round of each
 server's protocol-role call (``"s0.handle_retrieval_many"``, ``"s1.bound_answer"``, ...; in each
@@ -50,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from secemb.bench.machine import machine_info
 from secemb.collector import sparing_the_setup_heap
 from secemb.protocols.backends import Backend, ThreadBackend
 from secemb.protocols.placement import place
@@ -257,7 +259,8 @@ def _measure(users: int, repeats: int, seed: int, size: str, layouts: tuple[str,
                 runs[kind].append(_round(servers[kind], users, gen, SIZES[size], batch))
         med = {v: _medians(runs[v], roles) for v in runs}
         line: dict[str, Any] = {"size": size, "layout": layout, "relay": relay, "users": users, "repeats": repeats,
-                                "workers": 1 if backend is None else backend.workers, "batch": batch or 0}
+                                "workers": 1 if backend is None else backend.workers, "batch": batch or 0,
+                                "machine": machine_info()}
         for kind, prefix in (("checked", ""), ("bounded", "bounded_")):
             if kind not in med:
                 continue
