@@ -78,6 +78,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from sdk_round import trained  # type: ignore[import-not-found]
 from secemb.client.device import DeviceClient, RoundInfo, RoundSession
 from secemb.data import by_user, synthetic_like
 from secemb.errors import InvalidMessage, ProtocolError, SecembError
@@ -105,12 +106,7 @@ _USERS = [u for u in range(_DATA.num_users) if _RATINGS.of(u)[0].size][:6]
 def _take_part(client: DeviceClient, info: RoundInfo, items: np.ndarray, ratings: np.ndarray,
                send: bool = True) -> RoundSession:
     """Device ``client`` retrieves, trains and (``send``) uploads through the SDK, without proving."""
-    model = info.make_model()
-    session = RoundSession(client, info, task=model.task, clip=info.clip())
-    session.prepare(items, ratings)
-    session.retrieve()
-    state = model.new_user_store(1, np.random.default_rng(0), info.adam()).state(0)  # public test data
-    session.train(lambda rows, dense, batch: model.local_step(rows, dense, state, batch))
+    session = trained(client, info, items, ratings)
     if send:
         session.upload()
     return session

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from net_helpers import WAIT_S, cluster_for, dump_logs, setup, small_data
 
+from sdk_round import trained  # type: ignore[import-not-found]
 from secemb.client.device import Device, DeviceClient, RoundInfo, RoundSession
 from secemb.data import by_user
 from secemb.errors import InvalidMessage
@@ -179,12 +180,7 @@ def test_payload_attackers_are_rejected_over_http(relay: bool, attack: str) -> N
 
 def _uploaded(client: DeviceClient, info: RoundInfo, items: np.ndarray, ratings: np.ndarray) -> RoundSession:
     """Device ``client`` retrieves, trains and uploads through the SDK, without proving."""
-    model = info.make_model()
-    session = RoundSession(client, info, task=model.task, clip=info.clip())
-    session.prepare(items, ratings)
-    session.retrieve()
-    state = model.new_user_store(1, np.random.default_rng(0), info.adam()).state(0)  # public test data only
-    session.train(lambda rows, dense, batch: model.local_step(rows, dense, state, batch))
+    session = trained(client, info, items, ratings)
     session.upload()
     return session
 

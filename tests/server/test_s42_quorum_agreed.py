@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from sdk_round import trained  # type: ignore[import-not-found]
 from secemb.client.device import DeviceClient, RoundInfo, RoundSession
 from secemb.data import by_user, synthetic_like
 from secemb.errors import SecembError
@@ -60,12 +61,7 @@ def _take_part(client: DeviceClient, info: RoundInfo, items: np.ndarray, ratings
     """Device ``client`` retrieves, trains, uploads (``only``: to that server alone, as
     :meth:`~secemb.client.device.RoundSession.upload` says) and, where the round has bounded payloads and
     its upload reached server 0, proves."""
-    model = info.make_model()
-    session = RoundSession(client, info, task=model.task, clip=info.clip())
-    session.prepare(items, ratings)
-    session.retrieve()
-    state = model.new_user_store(1, np.random.default_rng(0), info.adam()).state(0)  # public test data
-    session.train(lambda rows, dense, batch: model.local_step(rows, dense, state, batch))
+    session = trained(client, info, items, ratings)
     session.upload(only=only)
     if session.proves and only in (None, 0):
         assert session.prove()
