@@ -2,7 +2,9 @@
 
 Party: server 0.  :meth:`LeaderClose.close_round` (on quorum, deadline or the operator's
 call; idempotent): server 1 stops taking uploads and names the users it absorbed; the agreed
-set is the intersection with server 0's, less the devices whose uploads fail the verification
+set is the intersection with server 0's (a server 1 whose users omit one it named in the quorum
+check that closed the round is caught: a halting ``quorum_misreported`` alarm, the round aborted), less
+the devices whose uploads fail the verification
 (issue 34: with bounded payloads, first the bound proofs' check -- a device whose proof fails is
 out --, then both roles' digests compared, :mod:`.verify`, a mismatch out, and server 1's
 verifier messages of the sketch check decided by server 0's role, a failing device out; a
@@ -74,6 +76,8 @@ class LeaderClose(LeaderRelay):
         except PEER_ERRORS as exc:
             self._end(rnd, ABORTED, f"server 1 did not close the round: {exc}")
             return
+        if self._misreported(rnd, theirs):
+            return
         bounded = self._bounded(rnd, sorted(uploaded & set(theirs)))
         if bounded is None:
             return
@@ -138,6 +142,24 @@ class LeaderClose(LeaderRelay):
             self._end(rnd, COMMITTED, rnd.reason, done=False)
         self._sync_peer()
         rnd.done.set()
+
+    def _misreported(self, rnd: Round, theirs: list[int]) -> bool:
+        """Whether server 1's absorbed users at the close (``theirs``) omit one it named in the
+        quorum check that closed ``rnd`` (:attr:`~secemb.server.rounds.Round.quorum_named`); if so,
+        a halting ``quorum_misreported`` alarm and the round aborted, nothing committed.  An honest
+        server 1 never un-absorbs an upload within a round (a restart ends its round), so the
+        omission is its deviation: naming users it did not hold closed the round before the honest
+        devices' uploads were in (availability; caught here, not prevented)."""
+        with self.lock:
+            named = rnd.quorum_named
+        missing = sorted(named - set(theirs)) if named is not None else []
+        if not missing:
+            return False
+        self.raise_alarm("quorum_misreported", rnd.round_id,
+                         f"server 1 named user(s) {missing[:50]} as uploaded in the quorum check that closed the "
+                         "round, and does not hold their uploads at the close")
+        self._end(rnd, ABORTED, "server 1 misreported its uploads in the quorum check (quorum_misreported)")
+        return True
 
     def _verified(self, rnd: Round, include: list[int]) -> list[int] | None:
         """``include`` without the devices whose uploads fail the servers' verification (issue

@@ -291,10 +291,16 @@ class LeaderNode(LeaderClose):
         such devices closed the round before the honest ones were in).  Server 1 names the users it
         absorbed (:meth:`~secemb.server.peer.PeerLink.uploaded`); if it does not answer, the round
         is left to the next check or its deadline.  Such a device is not struck: it is a dropout,
-        like an honest device that died between its two uploads."""
+        like an honest device that died between its two uploads.  A server 1 that names users whose
+        uploads it does not hold, to close the round before the honest devices' uploads are in, is
+        caught at the close (:meth:`~secemb.server.close.Closing._misreported`)."""
         held = 0
         try:
-            held = len(counted.intersection(self.peer.uploaded(rnd.round_id)))
+            named = counted.intersection(self.peer.uploaded(rnd.round_id))
+            held = len(named)
+            if held >= rnd.quorum:  # what the close holds server 1 to (close.py, _misreported)
+                with self.lock:
+                    rnd.quorum_named = frozenset(named)
         except PEER_ERRORS as exc:
             log.info("round %d: server 1 did not report its uploads for the quorum check: %s", rnd.round_id, exc)
         finally:

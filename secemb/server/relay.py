@@ -217,13 +217,17 @@ class FollowerRelay(Node):
         return results
 
     def _relay_tampered(self, rnd: Round, users: list[int], what: str) -> None:
-        """Server 0 forwarded ``what`` of ``users`` altered (each already in ``rnd.tampered``,
+        """``what`` of ``users``, as server 0 forwarded it, fails the device's authentication --
+        server 0 altered it, or the device itself sent server 0 bytes other than those it committed
+        to here; this server cannot tell which (each user already in ``rnd.tampered``,
         under the lock that committed the batch: the user is left out of round ``rnd`` as a
         dropout -- it never counts as uploaded here, so no agreed set holds it -- and the
         round's outcome lists it under ``tampered``): an alarm per user."""
         for user in users:
-            self.raise_alarm("relay_tampered", rnd.round_id, f"server 0 forwarded user {user}'s {what} altered (they "
-                                                             "fail the device's authentication): the user is left out")
+            self.raise_alarm("relay_tampered", rnd.round_id, f"user {user}'s {what} as server 0 forwarded them fail "
+                                                             "the device's authentication: server 0 altered them, or "
+                                                             "the device sent the two servers bytes that do not match; "
+                                                             "the user is left out")
 
     def peer_relay_upload(self, r: int, user: int, body: bytes) -> None:
         """Relay: absorb server 0's forwarded correction words for ``user``, batched with

@@ -51,6 +51,9 @@ class Round:
     #: and whether one is in flight (:meth:`~secemb.server.leader.LeaderNode._closer`)
     quorum_asked: tuple[int, float] | None = None
     quorum_asking: bool = False
+    #: server 0: the users it counted that server 1 named as absorbed in the quorum check that closed the
+    #: round (``None``: none did); an honest server 1 never un-absorbs an upload, so its close names each
+    quorum_named: frozenset[int] | None = None
     dense_msg: bytes = b""
     included: list[int] | None = None
     reason: str = ""

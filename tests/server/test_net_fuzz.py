@@ -165,8 +165,9 @@ def _check_rejected(w: World, resp: httpx.Response, before: list[dict]) -> None:
             if resp.status_code == 409 and doc["detail"].startswith(prefix) and reason in doc["detail"]:
                 assert after[0]["round"][counter] == before[0]["round"][counter] + 1
                 raised = after[1]["alarms"][len(before[1]["alarms"]):]
-                assert [(a["kind"], f"'s {altered} altered" in a["detail"], a["halt"]) for a in raised] \
-                    == [("relay_tampered", True, False)]
+                named = [(a["kind"], f"'s {altered} as server 0 forwarded them fail" in a["detail"], a["halt"])
+                         for a in raised]
+                assert named == [("relay_tampered", True, False)]
                 before = [{**before[0], "round": {**before[0]["round"], counter: after[0]["round"][counter]}},
                           {**before[1], "alarms": before[1]["alarms"] + raised}]
         assert after == before

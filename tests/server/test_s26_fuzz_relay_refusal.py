@@ -52,15 +52,16 @@ def test_a_device_key_part_altered_at_server_0_after_its_request_to_server_1_is_
     assert resp.status_code == 409
     assert resp.json() == {"error": "conflict", "detail": "server 1 did not answer the relayed retrieval (this user "
                            "cannot take part in the round): the other server refused: relay_keys of round 0: the "
-                           "forwarded key part differs from the one the device committed to (server 0 altered it); "
-                           "not evaluated"}
+                           "forwarded key part differs from the one the device committed to (server 0 altered it, or "
+                           "the device sent the servers parts that differ); not evaluated"}
     after = w.snapshot()
     # exactly: server 0 counts user 4 as retrieved, server 1 has one alarm naming user 4's keys
     expected = copy.deepcopy(before)
     expected[0]["round"]["retrieved"] += 1
     assert [{k: v for k, v in a.items() if k != "time_unix"} for a in after[1]["alarms"]] == [
-        {"kind": "relay_tampered", "round": 0, "halt": False, "detail": "server 0 forwarded user 4's retrieval keys "
-         "altered (they fail the device's authentication): the user is left out"}]
+        {"kind": "relay_tampered", "round": 0, "halt": False, "detail": "user 4's retrieval keys as server 0 "
+         "forwarded them fail the device's authentication: server 0 altered them, or the device sent the two servers "
+         "bytes that do not match; the user is left out"}]
     expected[1]["alarms"] = after[1]["alarms"]
     assert after == expected
     _check_rejected(w, resp, before)  # failed before session 26: only forwarded uploads were allowed for
@@ -85,17 +86,18 @@ _BEFORE = [
     {"party": 0, "halted": False, "alarms": [], "model_version": 0,
      "round": {"round_id": 0, "state": "open", "retrieved": 3, "uploaded": 1}},
     {"party": 1, "halted": False, "alarms": [{"kind": "relay_tampered", "round": 0, "halt": False, "time_unix": 1.0,
-                                              "detail": "server 0 forwarded user 9's upload altered (...)"}],
+                                              "detail": "user 9's upload as server 0 forwarded them fail (...)"}],
      "model_version": 0, "round": {"round_id": 0, "state": "open", "retrieved": 4, "uploaded": 1}},
 ]
 _KEYS_DETAIL = ("server 1 did not answer the relayed retrieval (this user cannot take part in the round): the other "
                 "server refused: relay_keys of round 0: the forwarded key part differs from the one the device "
-                "committed to (server 0 altered it); not evaluated")
+                "committed to (server 0 altered it, or the device sent the servers parts that differ); not evaluated")
 _UPLOAD_DETAIL = ("server 1 did not take the forwarded upload (it will not count): the other server refused: round 0: "
                   "user 7's forwarded upload fails authentication")
 _KEYS_ALARM = {"kind": "relay_tampered", "round": 0, "halt": False, "time_unix": 2.0,
-               "detail": "server 0 forwarded user 4's retrieval keys altered (they fail the device's authentication): "
-                         "the user is left out"}
+               "detail": "user 4's retrieval keys as server 0 forwarded them fail the device's authentication: "
+                         "server 0 altered them, or the device sent the two servers bytes that do not match; the user "
+                         "is left out"}
 _UPLOAD_ALARM = {**_KEYS_ALARM, "detail": _KEYS_ALARM["detail"].replace("user 4's retrieval keys", "user 7's upload")}
 
 

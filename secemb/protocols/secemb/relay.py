@@ -422,7 +422,8 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
             direct = self._awaiting[user_id]
             if not hmac.compare_digest(hashed[row], direct.digest):
                 raise RelayTampered(f"relay_keys of round {cfg.round_id}: the forwarded key part differs from "
-                                    "the one the device committed to (server 0 altered it); not evaluated")
+                                    "the one the device committed to (server 0 altered it, or the device sent the "
+                                    "servers parts that differ); not evaluated")
             return i, row, direct.roots
 
         users, where, parts = sift([(u, i) for i, (u, _) in enumerate(forwards)], out, take)

@@ -1,0 +1,108 @@
+"""Session 43: a deviating server 1 that misreports its uploads in the quorum check is caught.
+
+Since S42-Q2 server 0 closes a round on quorum only when server 1 says it holds the uploads of
+``quorum`` of the users server 0 counts (``GET /v1/peer/rounds/{r}/uploaded``).  Server 1 could lie:
+name devices that uploaded to server 0 alone, so that the round closes before the honest devices'
+uploads are in (they are refused, 409; the round commits with fewer devices or aborts below
+``min_users``).  That stays possible -- server 0 cannot see server 1's state -- but it is no longer
+silent: an honest server 1 never un-absorbs an upload within a round, so at the close its users must
+include every user it named for the quorum that server 0 counted.  One missing is server 1's lie: a
+halting ``quorum_misreported`` alarm, the round aborted, nothing committed
+(:meth:`~secemb.server.close.LeaderClose._misreported`).  A lie about users server 0 does not count
+changes nothing and is not an alarm (the S42 red team's padded answers still commit).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path[:0] = [str(Path(__file__).resolve().parent)]
+from test_s42_quorum_agreed import _USERS, _cluster, _Cluster, make  # type: ignore[import-not-found]  # noqa: E402, F401
+
+from secemb.server.errors import Conflict  # noqa: E402
+from secemb.sim.local import LocalPeer  # noqa: E402
+
+
+def _lying(monkeypatch: pytest.MonkeyPatch, c: _Cluster, extra: list[int]) -> None:
+    """Server 1 of cluster ``c`` answers server 0's quorum checks with its true uploads plus ``extra``."""
+    true = LocalPeer.uploaded
+    peer = c.leader.peer
+
+    def uploaded(link: LocalPeer, r: int) -> list[int]:
+        return list(true(link, r)) + (extra if link is peer else [])
+
+    monkeypatch.setattr(LocalPeer, "uploaded", uploaded)
+
+
+def _ended(c: _Cluster, timeout: float = 30.0) -> dict:
+    out = c.outcome(timeout)
+    assert out["state"] == "aborted", out
+    return out
+
+
+@pytest.mark.parametrize("bound", [False, True], ids=["unbounded", "bounded"])
+def test_server_1_naming_devices_at_server_0_only_is_caught_at_the_close(make: list[_Cluster],  # noqa: F811
+                                                                          monkeypatch: pytest.MonkeyPatch,
+                                                                          bound: bool) -> None:
+    """Quorum 4: two honest devices and two at server 0 only, which server 1 names as its own.  Server 0
+    closes on "quorum reached" (the lie works: the honest devices still on their way are cut), but the
+    close finds server 1 without those two uploads: a halting ``quorum_misreported`` alarm at server 0
+    naming them, the round aborted, nothing committed, and no next round opens until the operator clears
+    the alarm.  The devices are not struck (they were a deviating server's accomplices or its victims)."""
+    c = _cluster(make, relay=False, bound=bound, quorum=4)
+    cheats = _USERS[2:4]
+    _lying(monkeypatch, c, cheats)
+    version = c.leader.version
+    assert [c.send(u) for u in _USERS[:2]] + [c.send(u, only=0) for u in cheats] == [None] * 4
+    out = _ended(c)
+    assert "quorum_misreported" in out["reason"], out
+    alarms = [(a["kind"], a["round"], a["halt"]) for a in c.leader.alarms]
+    assert alarms == [("quorum_misreported", c.r, True)], c.leader.alarms
+    assert str(cheats) in c.leader.alarms[0]["detail"]
+    assert c.leader.version == version and c.leader.rejections == {}
+    assert c.leader.halted is not None
+    with pytest.raises(Conflict, match="halted"):
+        c.leader.open_round(participants=_USERS, deadline_s=60.0, quorum=4)
+    c.leader.clear_alarms()
+    nxt = int(c.leader.open_round(participants=_USERS, deadline_s=60.0, quorum=8)["round_id"])
+    assert nxt == c.r + 1
+
+
+def test_the_control_an_honest_server_1_closes_on_the_same_quorum(make: list[_Cluster]) -> None:  # noqa: F811
+    """The same devices with server 1's true answers: the two at server 0 only make no quorum; four honest
+    devices close the round on quorum and it commits, no alarm."""
+    c = _cluster(make, relay=False, bound=False, quorum=4)
+    assert [c.send(u) for u in _USERS[:2]] + [c.send(u, only=0) for u in _USERS[2:4]] == [None] * 4
+    assert c.stays_open()
+    assert [c.send(u) for u in _USERS[4:6]] == [None, None]
+    out = c.outcome()
+    assert (out["state"], out["reason"]) == ("committed", "quorum reached"), out
+    assert out["included"] == sorted(_USERS[:2] + _USERS[4:6])
+    assert c.quiet()
+
+
+def test_naming_users_server_0_does_not_count_is_no_alarm(make: list[_Cluster],  # noqa: F811
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Server 1 also names the participants that sent nothing: server 0 counts none of them, the quorum
+    rests on the four honest devices it holds, and the round commits quietly (the lie gains nothing)."""
+    c = _cluster(make, relay=False, bound=False, quorum=4)
+    _lying(monkeypatch, c, _USERS[4:])
+    assert [c.send(u) for u in _USERS[:4]] == [None] * 4
+    out = c.outcome()
+    assert (out["state"], out["reason"], out["included"]) == ("committed", "quorum reached", sorted(_USERS[:4])), out
+    assert c.quiet()
+
+
+def test_a_deadline_close_holds_server_1_to_nothing(make: list[_Cluster]) -> None:  # noqa: F811
+    """A round that closes at its deadline asked no quorum check that closed it: the devices at server 0
+    only are left out like dropouts, the honest ones commit, no alarm."""
+    c = _cluster(make, relay=False, bound=False, quorum=8, deadline_s=1.5)
+    assert [c.send(u) for u in _USERS[:3]] + [c.send(u, only=0) for u in _USERS[3:5]] == [None] * 5
+    time.sleep(1.6)
+    out = c.outcome()
+    assert (out["state"], out["included"]) == ("committed", sorted(_USERS[:3])), out
+    assert c.quiet()
