@@ -4,9 +4,9 @@ and shown in the status until the operator clears it (docs/deployment.md, "Alarm
 Party: both servers.  :data:`ALARMS` names the kinds and whether each halts the deployment:
 ``relay_tampered`` (server 1: forwarded bytes that fail the device's authentication) and
 ``device_rejected`` (server 0: uploads that fail the verification step) do not;
-``retrieval_tampered``, ``model_disagreement`` and ``quorum_misreported`` (server 0, at the
-close: server 1 named users as uploaded in the quorum check that closed the round and does not
-hold their uploads) do -- the open round is aborted and no round opens
+``retrieval_tampered``, ``model_disagreement`` and ``uploads_misreported`` (server 0, at the
+close: server 1 does not hold uploads it acknowledged -- forwards it took, with relay, or users it
+named in the quorum check that closed the round) do -- the open round is aborted and no round opens
 (:class:`~secemb.server.errors.Conflict`) until :meth:`Alarms.clear_alarms`.
 Clearing the alarms leaves the devices' strikes (server 0's rejection counts: the door) as they
 are -- a participant can force a clear by a false report -- and :meth:`Alarms.clear_strikes` is
@@ -33,7 +33,7 @@ log = logging.getLogger("secemb.server")
 
 #: the alarms a server raises (docs/deployment.md, "Alarms"), and whether each halts the deployment
 ALARMS = {"relay_tampered": False, "retrieval_tampered": True, "model_disagreement": True, "device_rejected": False,
-          "quorum_misreported": True}
+          "uploads_misreported": True}
 #: what a device may report (``POST /v1/alarm``)
 DEVICE_ALARMS = ("retrieval_tampered", "model_disagreement")
 

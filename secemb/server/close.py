@@ -1,19 +1,19 @@
 """Server 0 closing a round: the agreed set, the verification step, the combine, the commit.
 
 Party: server 0.  :meth:`LeaderClose.close_round` (on quorum, deadline or the operator's
-call; idempotent): server 1 stops taking uploads and names the users it absorbed; the agreed
-set is the intersection with server 0's (a server 1 whose users omit one it named in the quorum
-check that closed the round is caught: a halting ``quorum_misreported`` alarm, the round aborted), less
-the devices whose uploads fail the verification
-(issue 34: with bounded payloads, first the bound proofs' check -- a device whose proof fails is
-out --, then both roles' digests compared, :mod:`.verify`, a mismatch out, and server 1's
-verifier messages of the sketch check decided by server 0's role, a failing device out; a
-``device_rejected`` alarm for any; a device without a proof is then left out like a dropout); fewer
-than ``min_users`` aborts.  Both servers then exchange their aggregate shares and reconstruct
-(:mod:`.combine`); server 0 commits (its checkpoint: the commit point) only when server 1's
-model digest equals its own -- otherwise a halting ``model_disagreement`` alarm and nothing
-committed on either side -- and then syncs server 1 (retried while pending).  Whatever fails,
-the round ends, aborted.
+call; idempotent): server 1 stops taking uploads and names the users it absorbed -- a server 1
+whose users omit one it acknowledged (with relay, a forwarded upload it took; a user it named in
+the quorum check that closed the round) is caught: a halting ``uploads_misreported`` alarm, the
+round aborted.  The agreed set is the intersection with server 0's, less the devices whose
+uploads fail the verification (issue 34: with bounded payloads, first the bound proofs' check --
+a device whose proof fails is out --, then both roles' digests compared, :mod:`.verify`, a
+mismatch out, and server 1's verifier messages of the sketch check decided by server 0's role, a
+failing device out; a ``device_rejected`` alarm for any; a device without a proof is then left
+out like a dropout); fewer than ``min_users`` aborts.  Both servers then exchange their
+aggregate shares and reconstruct (:mod:`.combine`); server 0 commits (its checkpoint: the commit
+point) only when server 1's model digest equals its own -- otherwise a halting
+``model_disagreement`` alarm and nothing committed on either side -- and then syncs server 1
+(retried while pending).  Whatever fails, the round ends, aborted.
 """
 
 from __future__ import annotations
@@ -144,21 +144,29 @@ class LeaderClose(LeaderRelay):
         rnd.done.set()
 
     def _misreported(self, rnd: Round, theirs: list[int]) -> bool:
-        """Whether server 1's absorbed users at the close (``theirs``) omit one it named in the
-        quorum check that closed ``rnd`` (:attr:`~secemb.server.rounds.Round.quorum_named`); if so,
-        a halting ``quorum_misreported`` alarm and the round aborted, nothing committed.  An honest
-        server 1 never un-absorbs an upload within a round (a restart ends its round), so the
-        omission is its deviation: naming users it did not hold closed the round before the honest
-        devices' uploads were in (availability; caught here, not prevented)."""
+        """Whether server 1's absorbed users at the close (``theirs``) omit one it acknowledged:
+        with relay, one whose forwarded upload it took (:attr:`~secemb.server.rounds.Round.acknowledged`),
+        or one this server counts that it named in the quorum check that closed ``rnd``
+        (:attr:`~secemb.server.rounds.Round.quorum_named`).  If so, a halting ``uploads_misreported``
+        alarm naming them and the round aborted, nothing committed.  An honest server 1 never
+        un-absorbs an upload within a round (a restart ends its round there, and its close then
+        fails), so the omission is its deviation: leaving an honest device out of the round unseen
+        (finding S43-R2), or having closed the round early on users it did not hold (its quorum
+        answer).  Without relay and outside a quorum close server 0 holds no acknowledgement, and
+        such an omission looks like a device that died between its two uploads."""
         with self.lock:
-            named = rnd.quorum_named
-        missing = sorted(named - set(theirs)) if named is not None else []
-        if not missing:
+            named = rnd.quorum_named or frozenset()
+            acknowledged = set(rnd.acknowledged)
+        listed = set(theirs)
+        forwarded, claimed = sorted(acknowledged - listed), sorted(named - listed - acknowledged)
+        if not forwarded and not claimed:
             return False
-        self.raise_alarm("quorum_misreported", rnd.round_id,
-                         f"server 1 named user(s) {missing[:50]} as uploaded in the quorum check that closed the "
-                         "round, and does not hold their uploads at the close")
-        self._end(rnd, ABORTED, "server 1 misreported its uploads in the quorum check (quorum_misreported)")
+        what = [f"took the forwarded upload(s) of user(s) {forwarded[:50]}"] if forwarded else []
+        if claimed:
+            what.append(f"named user(s) {claimed[:50]} as uploaded in the quorum check that closed the round")
+        self.raise_alarm("uploads_misreported", rnd.round_id,
+                         f"server 1 {' and '.join(what)}, and does not hold their uploads at the close")
+        self._end(rnd, ABORTED, "server 1 misreported the uploads it holds (uploads_misreported)")
         return True
 
     def _verified(self, rnd: Round, include: list[int]) -> list[int] | None:

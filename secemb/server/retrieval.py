@@ -106,7 +106,8 @@ class Retrieval(NodeState):
         not open refuses them all).  A forward that server 1 refused leaves its item's upload
         absorbed here but not at server 1 (the close leaves the user out), as for one upload,
         and not counted for the round's quorum; nor is any forward of a batch whose forwarding
-        raised (its outcome is unknown).
+        raised (its outcome is unknown).  A forward server 1 took is recorded
+        (:attr:`~secemb.server.rounds.Round.acknowledged`): its close must name the user.
 
         Raises
         ------
@@ -150,6 +151,8 @@ class Retrieval(NodeState):
             with self._wake:  # a forward server 1 refused, or one whose fate is unknown, cannot count for the quorum
                 rnd.finished.update(items[i][0] for i, out in taken
                                     if results[i] is None and (out is None or forwarded))
+                if forwarded:  # server 1 took these: its close must name them (close.py, _misreported)
+                    rnd.acknowledged.update(items[i][0] for i, _ in fwd if results[i] is None)
                 self._wake.notify_all()
         for count in range(before + 1, n + 1):
             faults.hit("upload", count)

@@ -52,8 +52,10 @@ class Round:
     quorum_asked: tuple[int, float] | None = None
     quorum_asking: bool = False
     #: server 0: the users it counted that server 1 named as absorbed in the quorum check that closed the
-    #: round (``None``: none did); an honest server 1 never un-absorbs an upload, so its close names each
+    #: round (``None``: none did), and (relay) the users whose forwarded upload server 1 took; an honest
+    #: server 1 never un-absorbs an upload within a round, so its close names each of both
     quorum_named: frozenset[int] | None = None
+    acknowledged: set[int] = field(default_factory=set)
     dense_msg: bytes = b""
     included: list[int] | None = None
     reason: str = ""

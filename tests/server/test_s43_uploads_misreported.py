@@ -1,4 +1,4 @@
-"""Session 43: a deviating server 1 that misreports its uploads in the quorum check is caught.
+"""Session 43: a deviating server 1 that misreports the uploads it holds is caught at the close.
 
 Since S42-Q2 server 0 closes a round on quorum only when server 1 says it holds the uploads of
 ``quorum`` of the users server 0 counts (``GET /v1/peer/rounds/{r}/uploaded``).  Server 1 could lie:
@@ -7,9 +7,15 @@ uploads are in (they are refused, 409; the round commits with fewer devices or a
 ``min_users``).  That stays possible -- server 0 cannot see server 1's state -- but it is no longer
 silent: an honest server 1 never un-absorbs an upload within a round, so at the close its users must
 include every user it named for the quorum that server 0 counted.  One missing is server 1's lie: a
-halting ``quorum_misreported`` alarm, the round aborted, nothing committed
+halting ``uploads_misreported`` alarm, the round aborted, nothing committed
 (:meth:`~secemb.server.close.LeaderClose._misreported`).  A lie about users server 0 does not count
 changes nothing and is not an alarm (the S42 red team's padded answers still commit).
+
+With relay (the default) the same holds at any close for every upload server 0 forwarded and server 1
+took (red team R, S43-R2: server 1 left an honest device out of a round unseen by omitting it from its
+close): server 0 records the forwards server 1 acknowledged, and a close that omits one is
+``uploads_misreported`` too.  Without relay server 0 holds no such acknowledgement (the device uploads
+to server 1 itself); an omission there looks like a device that died between its two uploads.
 """
 
 from __future__ import annotations
@@ -49,7 +55,7 @@ def test_server_1_naming_devices_at_server_0_only_is_caught_at_the_close(make: l
                                                                           bound: bool) -> None:
     """Quorum 4: two honest devices and two at server 0 only, which server 1 names as its own.  Server 0
     closes on "quorum reached" (the lie works: the honest devices still on their way are cut), but the
-    close finds server 1 without those two uploads: a halting ``quorum_misreported`` alarm at server 0
+    close finds server 1 without those two uploads: a halting ``uploads_misreported`` alarm at server 0
     naming them, the round aborted, nothing committed, and no next round opens until the operator clears
     the alarm.  The devices are not struck (they were a deviating server's accomplices or its victims)."""
     c = _cluster(make, relay=False, bound=bound, quorum=4)
@@ -58,9 +64,9 @@ def test_server_1_naming_devices_at_server_0_only_is_caught_at_the_close(make: l
     version = c.leader.version
     assert [c.send(u) for u in _USERS[:2]] + [c.send(u, only=0) for u in cheats] == [None] * 4
     out = _ended(c)
-    assert "quorum_misreported" in out["reason"], out
+    assert "uploads_misreported" in out["reason"], out
     alarms = [(a["kind"], a["round"], a["halt"]) for a in c.leader.alarms]
-    assert alarms == [("quorum_misreported", c.r, True)], c.leader.alarms
+    assert alarms == [("uploads_misreported", c.r, True)], c.leader.alarms
     assert str(cheats) in c.leader.alarms[0]["detail"]
     assert c.leader.version == version and c.leader.rejections == {}
     assert c.leader.halted is not None
@@ -104,4 +110,60 @@ def test_a_close_not_on_quorum_holds_server_1_to_nothing(make: list[_Cluster]) -
     c.leader.close_round(c.r)
     out = c.outcome()
     assert (out["state"], out["included"]) == ("committed", sorted(_USERS[:3])), out
+    assert c.quiet()
+
+
+def _omitting(monkeypatch: pytest.MonkeyPatch, c: _Cluster, left_out: list[int]) -> None:
+    """Server 1 of cluster ``c`` leaves ``left_out`` out of its answer to server 0's close."""
+    true = LocalPeer.close
+    peer = c.leader.peer
+
+    def close(link: LocalPeer, r: int) -> list[int]:
+        return [u for u in true(link, r) if link is not peer or u not in left_out]
+
+    monkeypatch.setattr(LocalPeer, "close", close)
+
+
+@pytest.mark.parametrize("bound", [False, True], ids=["unbounded", "bounded"])
+def test_with_relay_server_1_omitting_a_forward_it_took_is_caught_at_any_close(make: list[_Cluster],  # noqa: F811
+                                                                               monkeypatch: pytest.MonkeyPatch,
+                                                                               bound: bool) -> None:
+    """Relay: five honest devices upload (server 0 forwards each upload, server 1 takes it); server 1's close
+    leaves one out -- to drop an honest device from the round unseen, or to make two rounds differ in it.  The
+    operator's close (as a deadline's) finds the forward server 1 took missing: ``uploads_misreported``
+    naming that device, the round aborted, nothing committed, no strike."""
+    c = _cluster(make, relay=True, bound=bound, quorum=8)
+    victim = _USERS[2]
+    _omitting(monkeypatch, c, [victim])
+    version = c.leader.version
+    assert [c.send(u) for u in _USERS[:5]] == [None] * 5
+    c.leader.close_round(c.r)
+    out = _ended(c)
+    assert "uploads_misreported" in out["reason"], out
+    assert [(a["kind"], a["halt"]) for a in c.leader.alarms] == [("uploads_misreported", True)], c.leader.alarms
+    assert f"forwarded upload(s) of user(s) {[victim]}" in c.leader.alarms[0]["detail"]
+    assert c.leader.version == version and c.leader.rejections == {}
+
+
+def test_the_control_with_relay_an_honest_close_commits_every_forward(make: list[_Cluster]) -> None:  # noqa: F811
+    c = _cluster(make, relay=True, bound=False, quorum=8)
+    assert [c.send(u) for u in _USERS[:5]] == [None] * 5
+    c.leader.close_round(c.r)
+    out = c.outcome()
+    assert (out["state"], out["included"]) == ("committed", sorted(_USERS[:5])), out
+    assert c.quiet()
+
+
+def test_without_relay_the_same_omission_is_a_dropout(make: list[_Cluster],  # noqa: F811
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without relay server 0 holds no acknowledgement of the device's upload to server 1: the device
+    omitted at the close is left out like one that died between its two uploads (docs/security.md, "What is
+    not protected": "The aggregate itself")."""
+    c = _cluster(make, relay=False, bound=False, quorum=8)
+    victim = _USERS[2]
+    _omitting(monkeypatch, c, [victim])
+    assert [c.send(u) for u in _USERS[:5]] == [None] * 5
+    c.leader.close_round(c.r)
+    out = c.outcome()
+    assert (out["state"], out["included"]) == ("committed", sorted(set(_USERS[:5]) - {victim})), out
     assert c.quiet()
