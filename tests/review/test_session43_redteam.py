@@ -1,0 +1,344 @@
+"""Session 43 red team (helper R): a deviating server at a round's close -- server 1's answers to server 0's
+quorum check (``GET /v1/peer/rounds/{r}/uploaded``) and close (``close``, ``verify``, ``bound``, ``share``,
+``agree``), and server 0's calls of server 1's peer routes -- after the lead's ``quorum_misreported`` check
+(commit 3be245d: ``secemb/server/close.py`` ``_misreported``).  Each test asserts the safe behaviour; a strict
+xfail is a finding (its reason names it, S43-Rn).
+
+In process on :class:`~secemb.sim.local.InProcessServers` with server 0's closing thread running (the harness of
+``tests/server/test_s42_quorum_agreed.py``); server 1's deviations replace :class:`~secemb.sim.local.LocalPeer`'s
+methods for the test's own cluster only.
+
+Findings
+--------
+* **S43-R1 (low: the claim is wider than the check; availability only).**  docs/security.md says a server 1 that
+  names, in the quorum check, users whose uploads it does not hold is caught at the close.  It is caught only when
+  its close omits them.  Two ways round it: (a) its accomplices upload to server 0 first and hand server 1 their
+  part after the check -- its close names them truthfully and the round commits with them, no alarm; (b) its
+  close names them again -- its own verification then refuses them and the round aborts as "server 1 did not
+  verify the uploads", no alarm.  Either way the honest devices after the early close are refused.  The lie gains
+  nothing over colluding devices with an honest server 1: uploading to server 0 first and to server 1 right
+  after closes the round as early with the same set (the control test).  Fix proposed: say so in the row (caught
+  when the close omits them; an early close by colluding devices is a quorum's nature); optionally treat (b) --
+  a user named in the check that closed the round and then refused by server 1's verify, bound or share as not
+  uploaded there -- as ``quorum_misreported`` too.
+  ``test_s43_r1_server_1_naming_uploads_it_does_not_hold_closes_the_round_early_unseen`` (both ways);
+  ``test_s43_r1_control_colluding_devices_close_the_round_as_early_with_an_honest_server_1``.
+* **S43-R2 (low: "The aggregate itself", reached by server 1; not named there).**  Server 1 leaves an honest
+  device out of a round unseen: it leaves the device out of its quorum-check answers (no check reaches the
+  quorum, the round waits for its deadline) and out of its close.  The round commits without the device, no
+  alarm, no strike: server 0 cannot tell it from a device that died between its two uploads.  With the device in
+  one round and not in the next, the aggregates differ by its rows -- the documented limit, whose row names
+  server 0's choice of participants only.  The new check catches the same omission in a round closed on quorum
+  (``test_the_new_check_catches_server_1_dropping_a_device_it_named``), so the cost to server 1 is the deadline.
+  Fix proposed: name server 1's lever in the row; a real check would need the device to show server 0 that
+  server 1 took its upload (a receipt from server 1, e.g. a MAC under a key server 0 can check, forwarded with
+  the upload to server 0), so that a close omitting it is ``quorum_misreported``-like at any close.
+  ``test_s43_r2_server_1_leaves_an_honest_device_out_unseen_at_the_deadline``.
+
+Held (plain tests)
+------------------
+* The new check also catches server 1 dropping at its close a device it named in the check that closed the round
+  (halting ``quorum_misreported`` naming it; docs/deployment.md's Alarms row describes only the early close).
+* No false ``quorum_misreported`` from an honest server 1: restarted (a new node on the same store) between the
+  check and the close -- its round ended, its close refuses, the round aborts with no alarm; with relay, a forward
+  altered on its way (``relay_tampered`` at server 1) is never counted, so never named.
+* Server 1's close answer over HTTP naming users as bools or floats equal to ids (``true``, ``1.0``, ``2e0``,
+  ``-0.0``), which would pass ``_misreported``'s set difference, is server 1 failing; so is its quorum answer.
+* Server 0 out of order at server 1: one share a round (a second set refused), and none at all once it aborted
+  the round there; the quorum route refuses an aborted round.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "server")]
+from test_s42_quorum_agreed import (  # type: ignore[import-not-found]  # noqa: E402
+    _RATINGS,
+    _USERS,
+    _cluster,
+    _Cluster,
+    _take_part,
+    make,  # noqa: F401 - the fixture, used by name
+)
+
+from secemb.client.device import RoundSession  # noqa: E402
+from secemb.errors import SecembError  # noqa: E402
+from secemb.sim.local import LocalPeer  # noqa: E402
+
+
+def _deviate(monkeypatch: pytest.MonkeyPatch, c: _Cluster, name: str,
+             fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Server 1 of cluster ``c`` answers server 0's ``name`` call (a :class:`LocalPeer` method) with
+    ``fn(true_method, peer, *args)``; other clusters' peers keep the true answer.  The true method."""
+    true = getattr(LocalPeer, name)
+    peer = c.leader.peer
+
+    def call(link: LocalPeer, *args: Any) -> Any:
+        return fn(true, link, *args) if link is peer else true(link, *args)
+
+    monkeypatch.setattr(LocalPeer, name, call)
+    return true
+
+
+def _session(c: _Cluster, u: int, only: int | None) -> RoundSession:
+    """Device ``u`` of cluster ``c`` takes part (``only``: its upload to that server alone); its session, which
+    still holds its upload to the other server."""
+    client = c.servers.servers().device(u)
+    return _take_part(client, client.round_info(), *_RATINGS.of(u), only=only)
+
+
+def _late(c: _Cluster, session: RoundSession, party: int) -> None:
+    """``session``'s held upload to server ``party``, sent now."""
+    session.client.links[party].upload(c.r, session._uploads[party])  # noqa: SLF001 - the device's own message
+
+
+def _refused(c: _Cluster, users: list[int]) -> list[bool]:
+    """Whether each device of ``users``, taking part now, is refused (the round closed before it)."""
+    return [isinstance(c.send(u), SecembError) for u in users]
+
+
+def _kinds(node: Any) -> list[str]:
+    return [a["kind"] for a in node.alarms]
+
+
+class _Fact(Exception):
+    """A step of a finding's test that did not go as the finding says (raised instead of AssertionError, so
+    that a strict xfail with ``raises=AssertionError`` fails rather than passes on it)."""
+
+
+def _fact(ok: bool, what: Any) -> None:
+    if not ok:
+        raise _Fact(repr(what))
+
+
+def _outcome(c: _Cluster, timeout: float = 30.0) -> dict[str, Any]:
+    """:meth:`_Cluster.outcome`, a round that does not end a :class:`_Fact`."""
+    try:
+        return c.outcome(timeout)
+    except AssertionError as exc:
+        raise _Fact(str(exc)) from None
+
+
+# --- 1. the quorum check and its new check at the close -------------------------------------------------------
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "S43-R1 (low; the claim is wider than the check): a server 1 that names, in the quorum check, users whose "
+    "uploads it does not hold closes the round early unseen when it holds them by its close -- colluding devices "
+    "that upload to server 0 first and hand server 1 their part late -- or names them again in its close (the "
+    "round then aborts on server 1's refused verification, no quorum_misreported)"))
+@pytest.mark.parametrize("how", ["absorbed late", "named again at the close"])
+def test_s43_r1_server_1_naming_uploads_it_does_not_hold_closes_the_round_early_unseen(
+        make: list[_Cluster], monkeypatch: pytest.MonkeyPatch, how: str) -> None:  # noqa: F811
+    """Quorum 4: two honest devices, then two of server 1's accomplices upload to server 0 only (their parts
+    for server 1 held back).  Server 1 names the accomplices in the quorum check, and server 0 closes on
+    "quorum reached" at once: the honest devices after them are refused.  ``absorbed late``: the accomplices
+    hand server 1 their parts before server 1 answers the close, so its close names them truthfully -- the
+    round commits with them, no alarm.  ``named again at the close``: server 1's close names them too; its
+    own verification then refuses them (it holds no upload), so the round aborts as "server 1 did not verify
+    the uploads" -- no alarm either.  security.md's row says such a server 1 is caught at the close
+    (``quorum_misreported``): the check only catches a close that omits them."""
+    c = _cluster(make, relay=False, bound=False, quorum=4)
+    honest, cheats, later = _USERS[:2], _USERS[2:4], _USERS[4:6]
+    held: dict[int, RoundSession] = {}
+    _deviate(monkeypatch, c, "uploaded", lambda true, peer, r: list(true(peer, r)) + list(cheats))
+
+    def close(true: Callable[..., Any], peer: LocalPeer, r: int) -> list[int]:
+        if how == "absorbed late":
+            until = time.monotonic() + 10.0  # the test thread stores the last accomplice's session just after
+            while len(held) < len(cheats) and time.monotonic() < until:
+                time.sleep(0.01)
+            for u in cheats:
+                _late(c, held[u], 1)
+            return list(true(peer, r))
+        return sorted(set(true(peer, r)) | set(cheats))
+
+    _deviate(monkeypatch, c, "close", close)
+    _fact([c.send(u) for u in honest] == [None, None], "honest uploads")
+    for u in cheats:
+        held[u] = _session(c, u, only=0)
+    out = _outcome(c)
+    _fact(_refused(c, later) == [True, True], "the honest devices after the early close are refused")
+    if how == "absorbed late":
+        _fact((out["state"], out["reason"], out["included"]) == ("committed", "quorum reached",
+                                                                 sorted(honest + cheats)), out)
+    else:
+        _fact(out["state"] == "aborted" and "did not verify" in out["reason"], out)
+    _fact(c.leader.rejections == {} and c.servers.nodes[1].alarms == [], "no strike, nothing at server 1")
+    assert "quorum_misreported" in _kinds(c.leader), (out, c.leader.alarms)
+
+
+def test_s43_r1_control_colluding_devices_close_the_round_as_early_with_an_honest_server_1(
+        make: list[_Cluster]) -> None:  # noqa: F811
+    """What S43-R1's lie gains: nothing over colluding devices alone.  With an honest server 1 the same two
+    accomplices upload to server 0 first and to server 1 right after (out of the plan's order): server 0's
+    recheck finds them at server 1 and closes on quorum with the same four, and the honest devices after them
+    are refused just the same -- a quorum is the first ``quorum`` devices at both servers, whoever they are
+    (availability, "What is not protected")."""
+    c = _cluster(make, relay=False, bound=False, quorum=4)
+    honest, cheats, later = _USERS[:2], _USERS[2:4], _USERS[4:6]
+    assert [c.send(u) for u in honest] == [None, None]
+    for u in cheats:
+        _late(c, _session(c, u, only=0), 1)
+    out = c.outcome()
+    assert (out["state"], out["reason"], out["included"]) == ("committed", "quorum reached",
+                                                              sorted(honest + cheats)), out
+    assert _refused(c, later) == [True, True]
+    assert c.quiet()
+
+
+def test_the_new_check_catches_server_1_dropping_a_device_it_named(make: list[_Cluster],  # noqa: F811
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Held (and a side effect of the check worth keeping): four honest devices close the round on quorum;
+    server 1's close omits one of them (to leave it out of the aggregate, e.g. for two rounds that differ in
+    it).  It named that device in the check that closed the round, so server 0 raises the halting
+    ``quorum_misreported`` naming it, aborts, and commits nothing."""
+    c = _cluster(make, relay=False, bound=False, quorum=4)
+    victim = _USERS[1]
+    _deviate(monkeypatch, c, "close", lambda true, peer, r: [u for u in true(peer, r) if u != victim])
+    version = c.leader.version
+    assert [c.send(u) for u in _USERS[:4]] == [None] * 4
+    out = c.outcome()
+    assert out["state"] == "aborted" and "quorum_misreported" in out["reason"], out
+    assert [(a["kind"], a["halt"]) for a in c.leader.alarms] == [("quorum_misreported", True)], c.leader.alarms
+    assert str([victim]) in c.leader.alarms[0]["detail"]
+    assert c.leader.version == version and c.leader.rejections == {}
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "S43-R2 (low; the aggregate's set, 'What is not protected'): server 1 leaves an honest device out of a round "
+    "unseen -- it leaves the device out of its quorum-check answers (the round waits for its deadline) and out "
+    "of its close; server 0 cannot tell it from a device that died between its two uploads"))
+def test_s43_r2_server_1_leaves_an_honest_device_out_unseen_at_the_deadline(
+        make: list[_Cluster], monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """Quorum 4 (deadline 2 s): four honest devices upload to both servers.  Server 1 answers the quorum
+    checks and its close without one of them: no check reaches the quorum, the round closes at its deadline
+    and commits with the other three -- no alarm, no strike; the victim is a dropout.  With the victim in one
+    round and not in the next, the two aggregates differ by its rows ("The aggregate itself":
+    ``server/test_threat_model_limits.py::test_two_rounds_differing_in_one_device_reveal_the_rows_it_alone_
+    trained_on``, there by server 0's choice of participants; here by server 1's, at the cost of a deadline).
+    The new check would catch the omission only in a round closed on quorum (the previous test)."""
+    c = _cluster(make, relay=False, bound=False, quorum=4, deadline_s=2.0)
+    victim = _USERS[1]
+    for name in ("uploaded", "close"):
+        _deviate(monkeypatch, c, name, lambda true, peer, r: [u for u in true(peer, r) if u != victim])
+    _fact([c.send(u) for u in _USERS[:4]] == [None] * 4, "honest uploads")
+    _fact(victim in c.servers.nodes[1].round.uploaded, "server 1 holds its upload")
+    out = _outcome(c)
+    _fact((out["state"], out["reason"], out["included"]) == (
+        "committed", "deadline passed", sorted(set(_USERS[:4]) - {victim})), out)
+    assert c.leader.alarms != [], "server 1 left an honest device out and nothing shows it"
+
+
+def test_an_honest_server_1_restarted_between_the_check_and_the_close_raises_no_false_alarm(
+        make: list[_Cluster], monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """The check's premise, "an honest server 1 never un-absorbs an upload within a round": server 1 answers
+    the quorum check truthfully (four honest devices) and restarts (kill -9: a new node on the same store)
+    before server 0's close reaches it.  The restart ended its round, so its close refuses (409) and server 0
+    aborts the round as "server 1 did not close the round" -- no ``quorum_misreported``, no halt; the next
+    round opens and commits."""
+    from secemb.server.node import make_node
+
+    c = _cluster(make, relay=False, bound=False, quorum=4)
+    old = c.servers.nodes[1]
+    peer = c.leader.peer
+    assert isinstance(peer, LocalPeer)
+
+    def restarting(true: Callable[..., Any], link: LocalPeer, r: int) -> list[int]:
+        out = list(true(link, r))
+        if len(out) >= 4 and link.follower is old:
+            link.follower = make_node(old.cfg, store=old.store, protocol=old.protocol, model=old.model)
+        return out
+
+    _deviate(monkeypatch, c, "uploaded", restarting)
+    assert [c.send(u) for u in _USERS[:4]] == [None] * 4
+    out = c.outcome()
+    assert out["state"] == "aborted" and "server 1 did not close the round" in out["reason"], out
+    assert peer.follower is not old and peer.follower.round_status(c.r, None)["state"] == "aborted"
+    assert c.leader.alarms == [] and c.leader.halted is None
+
+
+def test_with_relay_a_forward_server_1_finds_tampered_raises_no_false_alarm(
+        make: list[_Cluster], monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """Relay (server 0 forwards each upload): one device's forward is altered on its way (a byte flipped),
+    so server 1 refuses it (``relay_tampered``, not halting).  Server 0 does not count that device, so no
+    check names it: four other devices close the round on quorum and commit; server 0 raises no alarm (no
+    false ``quorum_misreported`` caused by a device or the path), server 1 the one ``relay_tampered``."""
+    c = _cluster(make, relay=True, bound=False, quorum=4)
+    bad = _USERS[4]
+
+    def flipping(true: Callable[..., Any], link: LocalPeer, r: int, items: list[tuple[int, bytes]]) -> list[Any]:
+        return true(link, r, [(u, body[:-1] + bytes([body[-1] ^ 1]) if u == bad else body) for u, body in items])
+
+    _deviate(monkeypatch, c, "relay_upload_many", flipping)
+    err = c.send(bad, only=0)
+    assert isinstance(err, SecembError), err
+    assert c.stays_open(1.0)
+    assert [c.send(u, only=0) for u in _USERS[:4]] == [None] * 4
+    out = c.outcome()
+    assert (out["state"], out["reason"], out["included"]) == ("committed", "quorum reached", sorted(_USERS[:4])), out
+    assert c.leader.alarms == [] and c.leader.rejections == {}
+    assert _kinds(c.servers.nodes[1]) == ["relay_tampered"] and c.servers.nodes[1].halted is None
+
+
+# --- 2. server 1's other answers at the close, over HTTP -------------------------------------------------------
+
+#: close answers whose entries equal user ids in Python (``True == 1``, ``1.0 == 1``, same hash): taken as
+#: users they would pass ``_misreported`` (``named - set(theirs)``) and enter the agreed set as bools or floats,
+#: and so the journal, whose recovery accepts only ``int`` ids (a server 0 that could not restart)
+EQUAL_IDS = {"true": b'{"uploaded": [true]}', "1.0": b'{"uploaded": [1.0]}', "2e0": b'{"uploaded": [0, 2e0]}',
+             "-0.0": b'{"uploaded": [-0.0]}'}
+
+
+@pytest.mark.parametrize("what", list(EQUAL_IDS))
+def test_a_close_answer_naming_users_as_bools_or_floats_is_server_1_failing(what: str) -> None:
+    """Held: :meth:`HttpPeer.close` reads the answer's users as ints only (``answer_fields``); a bool or a float
+    equal to a user id is server 1's answer malformed (:class:`PeerUnreachable`: the close aborts)."""
+    httpx = pytest.importorskip("httpx")
+    from secemb.server.peer import HttpPeer, PeerUnreachable
+    from secemb.transport.network import ApiClient
+
+    peer = HttpPeer("https://127.0.0.1:9", b"k" * 32)
+    peer.api = ApiClient("https://127.0.0.1:9", "server0", b"k" * 32, http=httpx.Client(transport=httpx.MockTransport(
+        lambda _: httpx.Response(200, content=EQUAL_IDS[what], headers={"content-type": "application/json"}))))
+    try:
+        with pytest.raises(PeerUnreachable, match="malformed"):
+            peer.close(3)
+        with pytest.raises(PeerUnreachable, match="malformed"):
+            peer.uploaded(3)
+    finally:
+        peer.shutdown()
+
+
+# --- 3. server 0 deviating towards server 1's peer routes at the close -----------------------------------------
+
+def test_server_0_gets_one_share_a_round_even_across_its_own_abort(make: list[_Cluster]) -> None:  # noqa: F811
+    """Server 0 calls server 1's peer routes out of the protocol's order: it closes round ``r`` there, takes
+    server 1's share over four devices, asks again for three of them (refused: one set a round), aborts the
+    round (so that nothing commits and it could try again) and asks once more, for either set: refused, the
+    round is over at server 1.  A new round needs the devices' new uploads; server 1's share of ``r`` stays the
+    only one released for it."""
+    from secemb.server.errors import Conflict
+
+    c = _cluster(make, relay=False, bound=False, quorum=8)
+    follower = c.servers.nodes[1]
+    users = _USERS[:4]
+    assert [c.send(u) for u in users] == [None] * 4
+    assert sorted(follower.peer_close(c.r)["uploaded"]) == sorted(users)
+    first = follower.peer_share(c.r, users)
+    assert follower.peer_share(c.r, users) == first  # the same set: the same bytes
+    with pytest.raises(Conflict, match="another user set"):
+        follower.peer_share(c.r, users[:3])
+    follower.peer_abort(c.r, "server 0 changed its mind")
+    for include in (users, users[:3]):
+        with pytest.raises(Conflict):
+            follower.peer_share(c.r, include)
+    with pytest.raises(Conflict):
+        follower.peer_uploaded(c.r)
+    assert follower.round_status(c.r, None)["state"] == "aborted"
