@@ -1,6 +1,6 @@
 """Session 43 red team (helper R): a deviating server at a round's close -- server 1's answers to server 0's
 quorum check (``GET /v1/peer/rounds/{r}/uploaded``) and close (``close``, ``verify``, ``bound``, ``share``,
-``agree``), and server 0's calls of server 1's peer routes -- after the lead's ``quorum_misreported`` check
+``agree``), and server 0's calls of server 1's peer routes -- after the lead's ``uploads_misreported`` check
 (commit 3be245d: ``secemb/server/close.py`` ``_misreported``).  Each test asserts the safe behaviour; a strict
 xfail is a finding (its reason names it, S43-Rn).
 
@@ -18,37 +18,37 @@ Findings
   verify the uploads", no alarm.  Either way the honest devices after the early close are refused.  The lie gains
   nothing over colluding devices with an honest server 1: uploading to server 0 first and to server 1 right
   after closes the round as early with the same set (the control test).  Fix proposed: say so in the row (caught
-  when the close omits them; an early close by colluding devices is a quorum's nature); optionally treat (b) --
+  when the close omits them; an early close by colluding devices is a quorum's nature: done in 18f243f's
+  security.md); optionally treat (b) --
   a user named in the check that closed the round and then refused by server 1's verify, bound or share as not
-  uploaded there -- as ``quorum_misreported`` too.
+  uploaded there -- as ``uploads_misreported`` too.
   ``test_s43_r1_server_1_naming_uploads_it_does_not_hold_closes_the_round_early_unseen`` (both ways);
   ``test_s43_r1_control_colluding_devices_close_the_round_as_early_with_an_honest_server_1``.
-* **S43-R2 (low: "The aggregate itself", reached by server 1; not named there).**  Server 1 leaves an honest
-  device out of a round unseen: it leaves the device out of its quorum-check answers (no check reaches the
-  quorum, the round waits for its deadline) and out of its close.  The round commits without the device, no
-  alarm, no strike: server 0 cannot tell it from a device that died between its two uploads.  With the device in
-  one round and not in the next, the aggregates differ by its rows -- the documented limit, whose row names
-  server 0's choice of participants only.  The new check catches the same omission in a round closed on quorum
-  (``test_the_new_check_catches_server_1_dropping_a_device_it_named``), so the cost to server 1 is the deadline.
-  Fix proposed: name server 1's lever in the row; a real check would need the device to show server 0 that
-  server 1 took its upload (a receipt from server 1, e.g. a MAC under a key server 0 can check, forwarded with
-  the upload to server 0), so that a close omitting it is ``quorum_misreported``-like at any close.
+* **S43-R2 (low: "The aggregate itself", reached by server 1; not named there before 18f243f).**  Without relay,
+  server 1 leaves an honest device out of a round unseen: it leaves the device out of its quorum-check answers
+  (no check reaches the quorum, the round waits for its deadline) and out of its close.  The round commits
+  without the device, no alarm, no strike: server 0 cannot tell it from a device that died between its two
+  uploads.  With the device in one round and not in the next, the aggregates differ by its rows -- the
+  documented limit, whose row named server 0's choice of participants only.  The new check catches the same
+  omission in a round closed on quorum (``test_the_new_check_catches_server_1_dropping_a_device_it_named``), so
+  the cost to server 1 is the deadline.  Fix proposed: name server 1's lever in the row (done in 18f243f); a
+  real check would need the device to show server 0 that server 1 took its upload (a receipt from server 1,
+  e.g. a MAC under a key server 0 can check, forwarded with the upload to server 0), so that a close omitting
+  it is ``uploads_misreported`` at any close, as relay's acknowledged forwards are since 18f243f.
   ``test_s43_r2_server_1_leaves_an_honest_device_out_unseen_at_the_deadline``.
-* **S43-R3 (low: a missed check; small fix).**  With relay, server 0 counts a device only once server 1 took its
-  forwarded upload (``Round.finished``): it holds server 1's acknowledgement, and an honest server 1 never
-  un-absorbs an upload within a round (the check's own premise).  A close of server 1 that omits such a device
-  (and quorum answers without it, so that the round closes at its deadline) still goes unseen: the round
-  commits without it.  Fix proposed (tried on a scratch copy: R3's test then passes, and the relay, quorum,
-  dropout and deviation tests of tests/server, tests/engine and S42's red team pass, 110):
-  in ``LeaderClose._misreported`` hold server 1 to ``rnd.quorum_named`` and, with relay, to ``rnd.finished``
-  (the alarm's detail and docs saying "took their forwards" for those).
-  ``test_s43_r3_with_relay_server_1_omits_a_forward_it_acknowledged_unseen``.
+* **S43-R2 with relay: fixed on main (18f243f, while this file was written).**  With relay server 0 counts a
+  device only once server 1 took its forwarded upload, so it holds server 1's acknowledgement; a close that
+  omitted such a device went unseen as without relay.  Since 18f243f server 0 records the forwards server 1
+  took (``Round.acknowledged``) and a close omitting one is ``uploads_misreported`` at any close (this file's
+  ``test_s43_r2_with_relay_server_1_omitting_a_forward_it_took_is_caught_at_a_deadline_close`` was a strict
+  xfail before; a scratch copy with the same check in ``_misreported`` had passed it, and 110 relay, quorum,
+  dropout and deviation tests).
 
 Held (plain tests)
 ------------------
 * The new check also catches server 1 dropping at its close a device it named in the check that closed the round
-  (halting ``quorum_misreported`` naming it; docs/deployment.md's Alarms row describes only the early close).
-* No false ``quorum_misreported`` from an honest server 1: restarted (a new node on the same store) between the
+  (halting ``uploads_misreported`` naming it; docs/deployment.md's Alarms row describes only the early close).
+* No false ``uploads_misreported`` from an honest server 1: restarted (a new node on the same store) between the
   check and the close -- its round ended, its close refuses, the round aborts with no alarm; with relay, a forward
   altered on its way (``relay_tampered`` at server 1) is never counted, so never named.
 * Server 1's close answer over HTTP naming users as bools or floats equal to ids (``true``, ``1.0``, ``2e0``,
@@ -141,7 +141,7 @@ def _outcome(c: _Cluster, timeout: float = 30.0) -> dict[str, Any]:
     "S43-R1 (low; the claim is wider than the check): a server 1 that names, in the quorum check, users whose "
     "uploads it does not hold closes the round early unseen when it holds them by its close -- colluding devices "
     "that upload to server 0 first and hand server 1 their part late -- or names them again in its close (the "
-    "round then aborts on server 1's refused verification, no quorum_misreported)"))
+    "round then aborts on server 1's refused verification, no uploads_misreported)"))
 @pytest.mark.parametrize("how", ["absorbed late", "named again at the close"])
 def test_s43_r1_server_1_naming_uploads_it_does_not_hold_closes_the_round_early_unseen(
         make: list[_Cluster], monkeypatch: pytest.MonkeyPatch, how: str) -> None:  # noqa: F811
@@ -152,7 +152,7 @@ def test_s43_r1_server_1_naming_uploads_it_does_not_hold_closes_the_round_early_
     round commits with them, no alarm.  ``named again at the close``: server 1's close names them too; its
     own verification then refuses them (it holds no upload), so the round aborts as "server 1 did not verify
     the uploads" -- no alarm either.  security.md's row says such a server 1 is caught at the close
-    (``quorum_misreported``): the check only catches a close that omits them."""
+    (``uploads_misreported``): the check only catches a close that omits them."""
     c = _cluster(make, relay=False, bound=False, quorum=4)
     honest, cheats, later = _USERS[:2], _USERS[2:4], _USERS[4:6]
     held: dict[int, RoundSession] = {}
@@ -180,7 +180,7 @@ def test_s43_r1_server_1_naming_uploads_it_does_not_hold_closes_the_round_early_
     else:
         _fact(out["state"] == "aborted" and "did not verify" in out["reason"], out)
     _fact(c.leader.rejections == {} and c.servers.nodes[1].alarms == [], "no strike, nothing at server 1")
-    assert "quorum_misreported" in _kinds(c.leader), (out, c.leader.alarms)
+    assert "uploads_misreported" in _kinds(c.leader), (out, c.leader.alarms)
 
 
 def test_s43_r1_control_colluding_devices_close_the_round_as_early_with_an_honest_server_1(
@@ -207,31 +207,31 @@ def test_the_new_check_catches_server_1_dropping_a_device_it_named(make: list[_C
     """Held (and a side effect of the check worth keeping): four honest devices close the round on quorum;
     server 1's close omits one of them (to leave it out of the aggregate, e.g. for two rounds that differ in
     it).  It named that device in the check that closed the round, so server 0 raises the halting
-    ``quorum_misreported`` naming it, aborts, and commits nothing."""
+    ``uploads_misreported`` naming it, aborts, and commits nothing."""
     c = _cluster(make, relay=False, bound=False, quorum=4)
     victim = _USERS[1]
     _deviate(monkeypatch, c, "close", lambda true, peer, r: [u for u in true(peer, r) if u != victim])
     version = c.leader.version
     assert [c.send(u) for u in _USERS[:4]] == [None] * 4
     out = c.outcome()
-    assert out["state"] == "aborted" and "quorum_misreported" in out["reason"], out
-    assert [(a["kind"], a["halt"]) for a in c.leader.alarms] == [("quorum_misreported", True)], c.leader.alarms
+    assert out["state"] == "aborted" and "uploads_misreported" in out["reason"], out
+    assert [(a["kind"], a["halt"]) for a in c.leader.alarms] == [("uploads_misreported", True)], c.leader.alarms
     assert str([victim]) in c.leader.alarms[0]["detail"]
     assert c.leader.version == version and c.leader.rejections == {}
 
 
-def _left_out(make: list[_Cluster], monkeypatch: pytest.MonkeyPatch, relay: bool) -> _Cluster:  # noqa: F811
-    """Quorum 4: four honest devices upload; server 1 answers the quorum checks and its close without one of
-    them (the victim, ``_USERS[1]``), and the round closes at its deadline (brought forward by the test once
-    the round has stayed open, not after a fixed time: devices under load may be slow).  The cluster, its
-    round committed without the victim (every step checked as a :class:`_Fact`)."""
-    c = _cluster(make, relay=relay, bound=False, quorum=4)
+def _left_out(make: list[_Cluster], monkeypatch: pytest.MonkeyPatch) -> _Cluster:  # noqa: F811
+    """Without relay, quorum 4: four honest devices upload; server 1 answers the quorum checks and its close
+    without one of them (the victim, ``_USERS[1]``), and the round closes at its deadline (brought forward by
+    the test once the round has stayed open, not after a fixed time: devices under load may be slow).  The
+    cluster, its round committed without the victim (every step checked as a :class:`_Fact`)."""
+    c = _cluster(make, relay=False, bound=False, quorum=4)
     victim = _USERS[1]
     for name in ("uploaded", "close"):
         _deviate(monkeypatch, c, name, lambda true, peer, r: [u for u in true(peer, r) if u != victim])
-    _fact([c.send(u, only=0 if relay else None) for u in _USERS[:4]] == [None] * 4, "honest uploads")
+    _fact([c.send(u) for u in _USERS[:4]] == [None] * 4, "honest uploads")
     _fact(victim in c.servers.nodes[1].round.uploaded, "server 1 holds its upload")
-    _fact(victim in c.leader.round.counted(), "server 0 counts it (with relay: server 1 took its forward)")
+    _fact(victim in c.leader.round.counted(), "server 0 counts it")
     _fact(c.stays_open(1.0), "no check reached the quorum")
     with c.leader.lock:
         c.leader.round.deadline = time.time()
@@ -253,22 +253,32 @@ def test_s43_r2_server_1_leaves_an_honest_device_out_unseen_at_the_deadline(
     rounds_differing_in_one_device_reveal_the_rows_it_alone_trained_on``, there by server 0's choice of
     participants; here by server 1's, at the cost of a deadline).  The new check catches the omission only in
     a round closed on quorum (``test_the_new_check_catches_server_1_dropping_a_device_it_named``)."""
-    c = _left_out(make, monkeypatch, relay=False)
+    c = _left_out(make, monkeypatch)
     assert c.leader.alarms != [], "server 1 left an honest device out and nothing shows it"
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "S43-R3 (low; a missed check): with relay, server 1's close omits a device whose forwarded upload it "
-    "acknowledged (server 0 counted it) and nothing shows it; server 0 could hold server 1 to every forward it "
-    "took, at any close, as it holds it to the users it named in a quorum check"))
-def test_s43_r3_with_relay_server_1_omits_a_forward_it_acknowledged_unseen(
+def test_s43_r2_with_relay_server_1_omitting_a_forward_it_took_is_caught_at_a_deadline_close(
         make: list[_Cluster], monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
-    """S43-R2 with relay: server 0 forwarded the victim's upload and server 1 took it (no refusal: server 0
-    counted the device, ``Round.finished``), so server 0 holds proof that server 1 absorbed it -- an honest
-    server 1 never un-absorbs an upload within a round, the check's own premise.  Its close omits the victim
-    all the same, and the round commits without it, no alarm."""
-    c = _left_out(make, monkeypatch, relay=True)
-    assert c.leader.alarms != [], "server 1 dropped a forward it took and nothing shows it"
+    """S43-R2 with relay (held since 18f243f): server 0 forwarded the victim's upload and server 1 took it (no
+    refusal: server 0 counted the device), so server 0 holds server 1's acknowledgement -- an honest server 1
+    never un-absorbs an upload within a round.  Server 1 answers its quorum checks and its close without the
+    victim; the round closes at its deadline, not on quorum, and the close's omission is the halting
+    ``uploads_misreported`` naming the victim: the round aborted, nothing committed, no strike."""
+    c = _cluster(make, relay=True, bound=False, quorum=4)
+    victim = _USERS[1]
+    for name in ("uploaded", "close"):
+        _deviate(monkeypatch, c, name, lambda true, peer, r: [u for u in true(peer, r) if u != victim])
+    version = c.leader.version
+    assert [c.send(u, only=0) for u in _USERS[:4]] == [None] * 4
+    assert victim in c.servers.nodes[1].round.uploaded and victim in c.leader.round.counted()
+    assert c.stays_open(1.0)
+    with c.leader.lock:
+        c.leader.round.deadline = time.time()
+    out = c.outcome()
+    assert out["state"] == "aborted" and "uploads_misreported" in out["reason"], out
+    assert [(a["kind"], a["halt"]) for a in c.leader.alarms] == [("uploads_misreported", True)], c.leader.alarms
+    assert str([victim]) in c.leader.alarms[0]["detail"]
+    assert c.leader.version == version and c.leader.rejections == {}
 
 
 def test_an_honest_server_1_restarted_between_the_check_and_the_close_raises_no_false_alarm(
@@ -276,7 +286,7 @@ def test_an_honest_server_1_restarted_between_the_check_and_the_close_raises_no_
     """The check's premise, "an honest server 1 never un-absorbs an upload within a round": server 1 answers
     the quorum check truthfully (four honest devices) and restarts (kill -9: a new node on the same store)
     before server 0's close reaches it.  The restart ended its round, so its close refuses (409) and server 0
-    aborts the round as "server 1 did not close the round" -- no ``quorum_misreported``, no halt; the next
+    aborts the round as "server 1 did not close the round" -- no ``uploads_misreported``, no halt; the next
     round opens and commits."""
     from secemb.server.node import make_node
 
@@ -304,7 +314,7 @@ def test_with_relay_a_forward_server_1_finds_tampered_raises_no_false_alarm(
     """Relay (server 0 forwards each upload): one device's forward is altered on its way (a byte flipped),
     so server 1 refuses it (``relay_tampered``, not halting).  Server 0 does not count that device, so no
     check names it: four other devices close the round on quorum and commit; server 0 raises no alarm (no
-    false ``quorum_misreported`` caused by a device or the path), server 1 the one ``relay_tampered``."""
+    false ``uploads_misreported`` caused by a device or the path), server 1 the one ``relay_tampered``."""
     c = _cluster(make, relay=True, bound=False, quorum=4)
     bad = _USERS[4]
 
