@@ -53,6 +53,12 @@ Held (plain tests)
   altered on its way (``relay_tampered`` at server 1) is never counted, so never named.
 * Server 1's close answer over HTTP naming users as bools or floats equal to ids (``true``, ``1.0``, ``2e0``,
   ``-0.0``), which would pass ``_misreported``'s set difference, is server 1 failing; so is its quorum answer.
+* Over HTTP (relay; ``HttpPeer`` on server 1's real app): a forward counts as taken only on server 1's 2xx, so the
+  acknowledgements server 0 holds are server 1's own answers; honest, the round commits quietly; server 1's node
+  omitting a forward it took from its quorum answers and its close is ``uploads_misreported`` at a deadline close.
+  No honest path found that un-absorbs an acknowledged forward (server 1 refuses forwards once its round is not
+  open, under the lock that absorbs them; a retried forward is refused as a duplicate, which only leaves a taken
+  upload unacknowledged).
 * Server 0 out of order at server 1: one share a round (a second set refused), and none at all once it aborted
   the round there; the quorum route refuses an aborted round.
 """
@@ -387,3 +393,60 @@ def test_server_0_gets_one_share_a_round_even_across_its_own_abort(make: list[_C
     with pytest.raises(Conflict):
         follower.peer_uploaded(c.r)
     assert follower.round_status(c.r, None)["state"] == "aborted"
+
+
+@pytest.mark.parametrize("server1", ["honest", "omits a forward it took"])
+def test_over_http_the_acknowledged_forwards_hold_server_1_to_its_close(
+        make: list[_Cluster], monkeypatch: pytest.MonkeyPatch, server1: str) -> None:  # noqa: F811
+    """Relay, server 0's calls of server 1 over HTTP through server 1's real app (``HttpPeer`` on the app's
+    test client, plain HTTP as a loopback deployment's): the forwards, the quorum check and the close.  A
+    forward counts as taken only on server 1's 2xx, so the acknowledgement server 0 holds is server 1's own
+    answer.  Honest: four devices close the round on quorum and commit, no alarm.  Server 1 (its node, behind
+    its real routes) leaving one of them out of its quorum answers and its close: the round closes at its
+    deadline and the omission is the halting ``uploads_misreported`` naming it, nothing committed."""
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from secemb.server.app import create_app
+    from secemb.server.peer import HttpPeer
+    from secemb.transport.network import ApiClient
+
+    c = _cluster(make, relay=True, bound=False, quorum=4)
+    leader, follower = c.servers.nodes
+    monkeypatch.setattr(follower, "cfg", follower.cfg.model_copy(update={"insecure_http": True,
+                                                                         "peer_url": "http://127.0.0.1:9"}))
+    peer = HttpPeer("http://127.0.0.1:9", follower.cfg.peer_secret)
+    peer.api = ApiClient("http://127.0.0.1:9", "server0", follower.cfg.peer_secret,
+                         http=TestClient(create_app(follower), raise_server_exceptions=False))
+    monkeypatch.setattr(leader, "peer", peer)
+    victim = _USERS[1]
+    if server1 != "honest":
+        for name in ("peer_uploaded", "peer_close"):
+            true = getattr(follower, name)
+
+            def without(r: int, _true: Callable[..., Any] = true) -> Any:
+                out = _true(r)
+                if isinstance(out, dict):
+                    return {**out, "uploaded": [u for u in out["uploaded"] if u != victim]}
+                return [u for u in out if u != victim]
+
+            monkeypatch.setattr(follower, name, without)
+    version = leader.version
+    try:
+        assert [c.send(u, only=0) for u in _USERS[:4]] == [None] * 4
+        assert leader.round.acknowledged == set(_USERS[:4]) == follower.round.uploaded
+        if server1 == "honest":
+            out = c.outcome()
+            assert (out["state"], out["reason"], out["included"]) == ("committed", "quorum reached",
+                                                                      sorted(_USERS[:4])), out
+            assert c.quiet()
+            return
+        assert c.stays_open(1.0)
+        with leader.lock:
+            leader.round.deadline = time.time()
+        out = c.outcome()
+        assert out["state"] == "aborted" and "uploads_misreported" in out["reason"], out
+        assert [(a["kind"], a["halt"]) for a in leader.alarms] == [("uploads_misreported", True)], leader.alarms
+        assert str([victim]) in leader.alarms[0]["detail"] and leader.version == version
+    finally:
+        peer.shutdown()
