@@ -57,8 +57,8 @@ Held (plain tests)
   acknowledgements server 0 holds are server 1's own answers; honest, the round commits quietly; server 1's node
   omitting a forward it took from its quorum answers and its close is ``uploads_misreported`` at a deadline close.
   No honest path found that un-absorbs an acknowledged forward (server 1 refuses forwards once its round is not
-  open, under the lock that absorbs them; a retried forward is refused as a duplicate, which only leaves a taken
-  upload unacknowledged).
+  open, under the lock that absorbs them; the peer client does not retry, and a forward whose answer is lost or
+  late is not counted as taken -- which can only leave an absorbed upload unacknowledged, never the reverse).
 * Server 0 out of order at server 1: one share a round (a second set refused), and none at all once it aborted
   the round there; the quorum route refuses an aborted round.
 """
