@@ -51,6 +51,8 @@ Held (plain tests)
 * No false ``uploads_misreported`` from an honest server 1: restarted (a new node on the same store) between the
   check and the close -- its round ended, its close refuses, the round aborts with no alarm; with relay, a forward
   altered on its way (``relay_tampered`` at server 1) is never counted, so never named.
+* Likewise when the altered forward is one of a batch of five (one ``upload_many``, one forward batch): server 0
+  counts and acknowledges exactly the four server 1 took.
 * Server 1's close answer over HTTP naming users as bools or floats equal to ids (``true``, ``1.0``, ``2e0``,
   ``-0.0``), which would pass ``_misreported``'s set difference, is server 1 failing; so is its quorum answer.
 * Over HTTP (relay; ``HttpPeer`` on server 1's real app): a forward counts as taken only on server 1's 2xx, so the
@@ -336,6 +338,38 @@ def test_with_relay_a_forward_server_1_finds_tampered_raises_no_false_alarm(
     assert (out["state"], out["reason"], out["included"]) == ("committed", "quorum reached", sorted(_USERS[:4])), out
     assert c.leader.alarms == [] and c.leader.rejections == {}
     assert _kinds(c.servers.nodes[1]) == ["relay_tampered"] and c.servers.nodes[1].halted is None
+
+
+def test_with_relay_one_forward_of_a_batch_found_tampered_raises_no_false_alarm(
+        make: list[_Cluster], monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """Relay, five devices' uploads absorbed by server 0 as one batch and forwarded as one (``upload_many``:
+    one ``relay_upload_many`` call of five), one forward altered on its way.  Server 1 takes four and refuses
+    one (``relay_tampered``): server 0 counts and acknowledges exactly the four, the round closes on quorum and
+    commits with them, and server 0 raises no alarm."""
+    from sdk_round import trained  # type: ignore[import-not-found]
+
+    c = _cluster(make, relay=True, bound=False, quorum=4)
+    users, bad = _USERS[:5], _USERS[2]
+    calls: list[list[int]] = []
+
+    def flipping(true: Callable[..., Any], link: LocalPeer, r: int, items: list[tuple[int, bytes]]) -> list[Any]:
+        calls.append([u for u, _ in items])
+        return true(link, r, [(u, body[:-1] + bytes([body[-1] ^ 1]) if u == bad else body) for u, body in items])
+
+    _deviate(monkeypatch, c, "relay_upload_many", flipping)
+    sessions = {}
+    for u in users:
+        client = c.servers.servers().device(u)
+        sessions[u] = trained(client, client.round_info(), *_RATINGS.of(u))
+    results = c.leader.upload_many(c.r, [(u, sessions[u]._uploads[0]) for u in users])  # noqa: SLF001
+    assert calls == [users], calls
+    assert [u for u, res in zip(users, results, strict=True) if res is not None] == [bad], results
+    out = c.outcome()
+    good = sorted(set(users) - {bad})
+    assert (out["state"], out["reason"], out["included"]) == ("committed", "quorum reached", good), out
+    assert c.leader.round.round_id == c.r and c.leader.round.acknowledged == set(good)
+    assert c.leader.alarms == [] and c.leader.rejections == {}
+    assert _kinds(c.servers.nodes[1]) == ["relay_tampered"]
 
 
 # --- 2. server 1's other answers at the close, over HTTP -------------------------------------------------------
