@@ -63,6 +63,13 @@ Held (plain tests)
   late is not counted as taken -- which can only leave an absorbed upload unacknowledged, never the reverse).
 * Server 0 out of order at server 1: one share a round (a second set refused), and none at all once it aborted
   the round there; the quorum route refuses an aborted round.
+
+Mutation checks (a scratch copy of this branch at main 18f243f, each mutation alone):
+* M1 ``retrieval.upload_many``: no ``rnd.acknowledged.update(...)``: the relay tests
+  ``test_s43_r2_with_relay_..._caught_at_a_deadline_close``, ``test_with_relay_one_forward_of_a_batch_...`` and
+  both ``test_over_http_the_acknowledged_forwards_...`` fail.
+* M2 ``close._misreported``: the quorum-check names ignored (``named = frozenset()``):
+  ``test_the_new_check_catches_server_1_dropping_a_device_it_named`` fails.
 """
 
 from __future__ import annotations
