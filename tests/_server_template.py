@@ -75,10 +75,18 @@ def _child(req: dict[str, Any], fds: list[int], keep_closed: list[int]) -> None:
         if req["env"].get("PYTHONUNBUFFERED"):
             sys.stdout.reconfigure(line_buffering=True, write_through=True)
             sys.stderr.reconfigure(line_buffering=True, write_through=True)
-        sys.argv = [req["argv"][0], *req["argv"][3:]]  # as `python -m secemb ...` sets it
-        sys.path[0] = req["cwd"]  # where `python -m` looks first (the template's is this file's folder)
+        script = req["argv"][2] if req["argv"][1] == "-c" else None
+        if script is None:
+            sys.argv = [req["argv"][0], *req["argv"][3:]]  # as `python -m secemb ...` sets it
+            sys.path[0] = req["cwd"]  # where `python -m` looks first (the template's is this file's folder)
+        else:
+            sys.argv = ["-c", *req["argv"][3:]]  # as `python -c SCRIPT ...` sets them
+            sys.path[0] = ""
         try:
-            runpy.run_module("secemb", run_name="__main__", alter_sys=True)
+            if script is None:
+                runpy.run_module("secemb", run_name="__main__", alter_sys=True)
+            else:
+                exec(compile(script, "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
             code = 0
         except SystemExit as exc:
             if exc.code is None:
@@ -296,12 +304,13 @@ class Template:
     def eligible(self, env: dict[str, str]) -> bool:
         return self.ready and not self.dead and not self.differs(env)
 
-    def spawn(self, argv: list[str], env: dict[str, str], fds: list[int]) -> int | None:
-        """Fork ``argv`` (``python -m secemb ...``) with ``env`` and ``fds`` as its standard
-        input, output and error: its pid, or ``None`` where the template could not."""
+    def spawn(self, argv: list[str], env: dict[str, str], fds: list[int], cwd: str | None = None) -> int | None:
+        """Fork ``argv`` (``python -m secemb ...`` or ``python -c SCRIPT ...``) with ``env``, ``fds`` as its
+        standard input, output and error and ``cwd`` (default: this process's) as its working directory: its pid,
+        or ``None`` where the template could not."""
         import socket
 
-        req = {"argv": argv, "env": env, "cwd": os.getcwd()}
+        req = {"argv": argv, "env": env, "cwd": os.fspath(cwd) if cwd is not None else os.getcwd()}
         with self.lock:
             socket.send_fds(self.sock, [json.dumps(req).encode()], fds)
             with self.changed:
@@ -320,29 +329,32 @@ def _template_here() -> Template:
     return template
 
 
-def _fork(argv: list[str], env: dict[str, str], out: int, err: int) -> Forked | None:
-    """``argv`` forked by this process's template with ``env``, no standard input and ``out``/``err`` as its
-    standard output and error (descriptors, left open here), or ``None`` where it cannot be: the template
-    turned off or not ready, another command than ``python -m secemb ...``, a variable read at import that
-    differs (:meth:`Template.eligible`), or the template refused."""
-    if os.environ.get("SECEMB_TEST_FRESH_SERVERS") == "1" or argv[:3] != [sys.executable, "-m", "secemb"]:
+def _fork(argv: list[str], env: dict[str, str], out: int, err: int, cwd: str | None = None) -> Forked | None:
+    """``argv`` forked by this process's template with ``env``, no standard input, ``out``/``err`` as its
+    standard output and error (descriptors, left open here) and ``cwd``, or ``None`` where it cannot be: the
+    template turned off or not ready, another command than ``python -m secemb ...`` or ``python -c SCRIPT ...``
+    (a script that runs the command line, as the ``secemb`` script does; only :func:`popen_secemb`'s callers ask
+    for one), a variable read at import that differs (:meth:`Template.eligible`), or the template refused."""
+    if os.environ.get("SECEMB_TEST_FRESH_SERVERS") == "1" or not (
+            argv[:3] == [sys.executable, "-m", "secemb"] or (argv[:2] == [sys.executable, "-c"] and len(argv) > 2)):
         return None
     template = _template_here()
     if not template.eligible(env):
         return None
     null = os.open(os.devnull, os.O_RDONLY)
     try:
-        pid = template.spawn(argv, env, [null, out, err])
+        pid = template.spawn(argv, env, [null, out, err], cwd)
     finally:
         os.close(null)
     return None if pid is None else Forked(template, pid, argv)
 
 
 def popen_secemb(argv: list[str], *, stdout: Any = None, stderr: Any = None, env: dict[str, str] | None = None,
-                 text: bool = False) -> Any:
-    """``subprocess.Popen(argv, stdin=DEVNULL, stdout=..., stderr=..., env=..., text=...)`` for ``argv`` =
-    ``python -m secemb ...``, forked from the template where it can be (:func:`_fork`; stdout: ``None`` or
-    ``PIPE``; stderr: ``None``, ``PIPE`` or ``STDOUT``), else that very Popen."""
+                 text: bool = False, cwd: str | os.PathLike[str] | None = None) -> Any:
+    """``subprocess.Popen(argv, stdin=DEVNULL, stdout=..., stderr=..., env=..., text=..., cwd=...)`` for ``argv`` =
+    ``python -m secemb ...`` or ``python -c SCRIPT ...`` (a script that runs ``secemb``'s command line, as the
+    installed ``secemb`` script does), forked from the template where it can be (:func:`_fork`; stdout: ``None``
+    or ``PIPE``; stderr: ``None``, ``PIPE`` or ``STDOUT``), else that very Popen."""
     env = dict(os.environ) if env is None else env
     if stdout in (None, subprocess.PIPE) and stderr in (None, subprocess.PIPE, subprocess.STDOUT):
         mine: dict[str, int] = {}
@@ -354,7 +366,7 @@ def popen_secemb(argv: list[str], *, stdout: Any = None, stderr: Any = None, env
         elif stderr == subprocess.STDOUT:
             theirs[1] = theirs[0]
         try:
-            forked = _fork(argv, env, *theirs)
+            forked = _fork(argv, env, *theirs, cwd=None if cwd is None else os.fspath(cwd))
         finally:
             for fd in set(theirs) - {1, 2}:
                 os.close(fd)
@@ -364,7 +376,7 @@ def popen_secemb(argv: list[str], *, stdout: Any = None, stderr: Any = None, env
             return forked
         for fd in mine.values():
             os.close(fd)
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, env=env, text=text)
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, env=env, text=text, cwd=cwd)
 
 
 def _launch_server(argv: list[str], env: dict[str, str], log: Path) -> Any:
