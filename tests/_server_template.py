@@ -7,7 +7,7 @@ about a sixth of the suite's samples in a profile of a whole run (session 37).  
 swaps the cluster's :data:`~secemb.sim.cluster.launcher` for one that asks a *template*
 process -- started once per pytest process, having imported the server and torch (the SecEA and
 SFSL devices' models) and loaded the kernels -- to fork the server instead (and the CLI tests'
-clients: :func:`popen_secemb`).  The child then runs ``python -m secemb serve ...`` as a fresh
+clients, :func:`popen_secemb`: ``python -m secemb ...`` or a ``python -c`` script running the CLI).  The child then runs ``python -m secemb serve ...`` as a fresh
 process would (:func:`runpy.run_module` of ``secemb``, the same command line), with the
 environment and the log file the cluster asked for: the same code, the same configuration,
 files and state, the same signals and exit codes; what it skips is only the import and the
