@@ -7,11 +7,11 @@ about a sixth of the suite's samples in a profile of a whole run (session 37).  
 swaps the cluster's :data:`~secemb.sim.cluster.launcher` for one that asks a *template*
 process -- started once per pytest process, having imported the server and torch (the SecEA and
 SFSL devices' models) and loaded the kernels -- to fork the server instead (and the CLI tests'
-clients, :func:`popen_secemb`: ``python -m secemb ...`` or a ``python -c`` script running the CLI).  The child then runs ``python -m secemb serve ...`` as a fresh
-process would (:func:`runpy.run_module` of ``secemb``, the same command line), with the
-environment and the log file the cluster asked for: the same code, the same configuration,
-files and state, the same signals and exit codes; what it skips is only the import and the
-kernel loading the template did before the fork.
+clients, :func:`popen_secemb`: ``python -m secemb ...`` or a ``python -c`` script; the kernel children,
+:func:`run_script`).  The child then runs ``python -m secemb serve ...`` as a fresh process would
+(:func:`runpy.run_module` of ``secemb``, the same command line), with the environment and the log
+file the cluster asked for: the same code, the same configuration, files and state, the same signals
+and exit codes; what it skips is only the import and the kernel loading the template did before the fork.
 
 A server is started the usual way (:func:`~secemb.sim.cluster.popen_server`) when the
 environment it is given differs from the template's in a variable that a module may read at
@@ -377,6 +377,26 @@ def popen_secemb(argv: list[str], *, stdout: Any = None, stderr: Any = None, env
         for fd in mine.values():
             os.close(fd)
     return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, env=env, text=text, cwd=cwd)
+
+
+def run_script(script: str, *args: str, timeout: float, cwd: str | os.PathLike[str] | None = None,
+               env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run([python, "-c", script, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd,
+    env=env)``, forked from the template where it can be (:func:`popen_secemb`): a child of its own (a signal
+    that ends it, a SIGSEGV from a guard page, is its exit status, negative), without the ~0.9 s of CPU a fresh
+    interpreter spends importing numpy, numba and this package and loading the kernels.  For children that
+    check what a kernel does, not what a fresh interpreter imports or compiles (those use
+    :func:`subprocess.run`).  Past ``timeout`` the child is killed and :class:`subprocess.TimeoutExpired`
+    raised, as :func:`subprocess.run` does."""
+    argv = [sys.executable, "-c", script, *args]
+    proc = popen_secemb(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True, cwd=cwd)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(argv, proc.poll(), out, err)
 
 
 def _launch_server(argv: list[str], env: dict[str, str], log: Path) -> Any:
