@@ -379,24 +379,29 @@ def popen_secemb(argv: list[str], *, stdout: Any = None, stderr: Any = None, env
     return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, env=env, text=text, cwd=cwd)
 
 
-def run_script(script: str, *args: str, timeout: float, cwd: str | os.PathLike[str] | None = None,
-               env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """``subprocess.run([python, "-c", script, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd,
-    env=env)``, forked from the template where it can be (:func:`popen_secemb`): a child of its own (a signal
-    that ends it, a SIGSEGV from a guard page, is its exit status, negative), without the ~0.9 s of CPU a fresh
-    interpreter spends importing numpy, numba and this package and loading the kernels.  For children that
-    check what a kernel does, not what a fresh interpreter imports or compiles (those use
-    :func:`subprocess.run`).  Past ``timeout`` the child is killed and :class:`subprocess.TimeoutExpired`
-    raised, as :func:`subprocess.run` does."""
-    argv = [sys.executable, "-c", script, *args]
-    proc = popen_secemb(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True, cwd=cwd)
+def run(argv: list[str], *, timeout: float, cwd: str | os.PathLike[str] | None = None,
+        env: dict[str, str] | None = None, text: bool = False) -> subprocess.CompletedProcess[Any]:
+    """``subprocess.run(argv, capture_output=True, timeout=timeout, cwd=cwd, env=env, text=text)`` for ``argv`` =
+    ``python -m secemb ...`` or ``python -c SCRIPT ...``, forked from the template where it can be
+    (:func:`popen_secemb`): a child of its own (a signal that ends it, a SIGSEGV from a guard page, is its exit
+    status, negative), without the ~0.9-1.5 s of CPU a fresh interpreter spends importing numpy, numba and this
+    package (and the CLI) and loading the kernels.  For children that check what a command or a kernel does,
+    not what a fresh interpreter imports or compiles (those use :func:`subprocess.run`).  Past ``timeout`` the
+    child is killed and :class:`subprocess.TimeoutExpired` raised, as :func:`subprocess.run` does."""
+    proc = popen_secemb(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=text, cwd=cwd)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
         raise
-    return subprocess.CompletedProcess(argv, proc.poll(), out, err)
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def run_script(script: str, *args: str, timeout: float, cwd: str | os.PathLike[str] | None = None,
+               env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """:func:`run` of ``python -c SCRIPT ARGS`` (text output): the kernel children."""
+    return run([sys.executable, "-c", script, *args], timeout=timeout, cwd=cwd, env=env, text=True)
 
 
 def _launch_server(argv: list[str], env: dict[str, str], log: Path) -> Any:
