@@ -43,8 +43,12 @@ from typing import IO, Any
 #: environment variables that may differ between a forked process and the template although they match
 #: :data:`_AT_IMPORT`: the fault points, unbuffered output (set again in the child), and what libraries write
 #: into the environment of the process that used them, read at run time: torch's inductor its cache folder (its
-#: default, the same everywhere), Ray's driver ``PYTHONBREAKPOINT`` (read by ``breakpoint()``)
-_PER_PROCESS = ("SECEMB_FAULTS", "SECEMB_FAULT_DIR", "PYTHONUNBUFFERED", "TORCHINDUCTOR_CACHE_DIR", "PYTHONBREAKPOINT")
+#: default, the same everywhere), Ray's driver ``PYTHONBREAKPOINT`` (read by ``breakpoint()``), and the secrets a
+#: ``secemb serve`` or ``client`` reads from the environment when it loads its configuration
+#: (``secemb.server.config``, ``secemb.cli.client``)
+_PER_PROCESS = ("SECEMB_FAULTS", "SECEMB_FAULT_DIR", "PYTHONUNBUFFERED", "TORCHINDUCTOR_CACHE_DIR", "PYTHONBREAKPOINT",
+                "SECEMB_PEER_SECRET", "SECEMB_ADMIN_SECRET", "SECEMB_USER_SECRET", "SECEMB_DEVICE_KEY0",
+                "SECEMB_DEVICE_KEY1")
 #: prefixes of the variables that the template's modules may read at import (this package's, numba's, Python's,
 #: torch's and Triton's, the math libraries' threads, the loader's): a process whose environment differs from
 #: the template's in one of these starts fresh.  Others (a library's own marks, a test's leftovers) reach the
