@@ -7,11 +7,11 @@ about a sixth of the suite's samples in a profile of a whole run (session 37).  
 swaps the cluster's :data:`~secemb.sim.cluster.launcher` for one that asks a *template*
 process -- started once per pytest process, having imported the server and torch (the SecEA and
 SFSL devices' models) and loaded the kernels -- to fork the server instead (and the CLI tests'
-clients: :func:`popen_secemb`).  The child then runs ``python -m secemb serve ...`` as a fresh
-process would (:func:`runpy.run_module` of ``secemb``, the same command line), with the
-environment and the log file the cluster asked for: the same code, the same configuration,
-files and state, the same signals and exit codes; what it skips is only the import and the
-kernel loading the template did before the fork.
+clients, :func:`popen_secemb`: ``python -m secemb ...`` or a ``python -c`` script; the kernel children,
+:func:`run_script`).  The child then runs ``python -m secemb serve ...`` as a fresh process would
+(:func:`runpy.run_module` of ``secemb``, the same command line), with the environment and the log
+file the cluster asked for: the same code, the same configuration, files and state, the same signals
+and exit codes; what it skips is only the import and the kernel loading the template did before the fork.
 
 A server is started the usual way (:func:`~secemb.sim.cluster.popen_server`) when the
 environment it is given differs from the template's in a variable that a module may read at
@@ -43,8 +43,12 @@ from typing import IO, Any
 #: environment variables that may differ between a forked process and the template although they match
 #: :data:`_AT_IMPORT`: the fault points, unbuffered output (set again in the child), and what libraries write
 #: into the environment of the process that used them, read at run time: torch's inductor its cache folder (its
-#: default, the same everywhere), Ray's driver ``PYTHONBREAKPOINT`` (read by ``breakpoint()``)
-_PER_PROCESS = ("SECEMB_FAULTS", "SECEMB_FAULT_DIR", "PYTHONUNBUFFERED", "TORCHINDUCTOR_CACHE_DIR", "PYTHONBREAKPOINT")
+#: default, the same everywhere), Ray's driver ``PYTHONBREAKPOINT`` (read by ``breakpoint()``), and the secrets a
+#: ``secemb serve`` or ``client`` reads from the environment when it loads its configuration
+#: (``secemb.server.config``, ``secemb.cli.client``)
+_PER_PROCESS = ("SECEMB_FAULTS", "SECEMB_FAULT_DIR", "PYTHONUNBUFFERED", "TORCHINDUCTOR_CACHE_DIR", "PYTHONBREAKPOINT",
+                "SECEMB_PEER_SECRET", "SECEMB_ADMIN_SECRET", "SECEMB_USER_SECRET", "SECEMB_DEVICE_KEY0",
+                "SECEMB_DEVICE_KEY1")
 #: prefixes of the variables that the template's modules may read at import (this package's, numba's, Python's,
 #: torch's and Triton's, the math libraries' threads, the loader's): a process whose environment differs from
 #: the template's in one of these starts fresh.  Others (a library's own marks, a test's leftovers) reach the
@@ -75,10 +79,18 @@ def _child(req: dict[str, Any], fds: list[int], keep_closed: list[int]) -> None:
         if req["env"].get("PYTHONUNBUFFERED"):
             sys.stdout.reconfigure(line_buffering=True, write_through=True)
             sys.stderr.reconfigure(line_buffering=True, write_through=True)
-        sys.argv = [req["argv"][0], *req["argv"][3:]]  # as `python -m secemb ...` sets it
-        sys.path[0] = req["cwd"]  # where `python -m` looks first (the template's is this file's folder)
+        script = req["argv"][2] if req["argv"][1] == "-c" else None
+        if script is None:
+            sys.argv = [req["argv"][0], *req["argv"][3:]]  # as `python -m secemb ...` sets it
+            sys.path[0] = req["cwd"]  # where `python -m` looks first (the template's is this file's folder)
+        else:
+            sys.argv = ["-c", *req["argv"][3:]]  # as `python -c SCRIPT ...` sets them
+            sys.path[0] = ""
         try:
-            runpy.run_module("secemb", run_name="__main__", alter_sys=True)
+            if script is None:
+                runpy.run_module("secemb", run_name="__main__", alter_sys=True)
+            else:
+                exec(compile(script, "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
             code = 0
         except SystemExit as exc:
             if exc.code is None:
@@ -296,12 +308,13 @@ class Template:
     def eligible(self, env: dict[str, str]) -> bool:
         return self.ready and not self.dead and not self.differs(env)
 
-    def spawn(self, argv: list[str], env: dict[str, str], fds: list[int]) -> int | None:
-        """Fork ``argv`` (``python -m secemb ...``) with ``env`` and ``fds`` as its standard
-        input, output and error: its pid, or ``None`` where the template could not."""
+    def spawn(self, argv: list[str], env: dict[str, str], fds: list[int], cwd: str | None = None) -> int | None:
+        """Fork ``argv`` (``python -m secemb ...`` or ``python -c SCRIPT ...``) with ``env``, ``fds`` as its
+        standard input, output and error and ``cwd`` (default: this process's) as its working directory: its pid,
+        or ``None`` where the template could not."""
         import socket
 
-        req = {"argv": argv, "env": env, "cwd": os.getcwd()}
+        req = {"argv": argv, "env": env, "cwd": os.fspath(cwd) if cwd is not None else os.getcwd()}
         with self.lock:
             socket.send_fds(self.sock, [json.dumps(req).encode()], fds)
             with self.changed:
@@ -320,29 +333,32 @@ def _template_here() -> Template:
     return template
 
 
-def _fork(argv: list[str], env: dict[str, str], out: int, err: int) -> Forked | None:
-    """``argv`` forked by this process's template with ``env``, no standard input and ``out``/``err`` as its
-    standard output and error (descriptors, left open here), or ``None`` where it cannot be: the template
-    turned off or not ready, another command than ``python -m secemb ...``, a variable read at import that
-    differs (:meth:`Template.eligible`), or the template refused."""
-    if os.environ.get("SECEMB_TEST_FRESH_SERVERS") == "1" or argv[:3] != [sys.executable, "-m", "secemb"]:
+def _fork(argv: list[str], env: dict[str, str], out: int, err: int, cwd: str | None = None) -> Forked | None:
+    """``argv`` forked by this process's template with ``env``, no standard input, ``out``/``err`` as its
+    standard output and error (descriptors, left open here) and ``cwd``, or ``None`` where it cannot be: the
+    template turned off or not ready, another command than ``python -m secemb ...`` or ``python -c SCRIPT ...``
+    (a script that runs the command line, as the ``secemb`` script does; only :func:`popen_secemb`'s callers ask
+    for one), a variable read at import that differs (:meth:`Template.eligible`), or the template refused."""
+    if os.environ.get("SECEMB_TEST_FRESH_SERVERS") == "1" or not (
+            argv[:3] == [sys.executable, "-m", "secemb"] or (argv[:2] == [sys.executable, "-c"] and len(argv) > 2)):
         return None
     template = _template_here()
     if not template.eligible(env):
         return None
     null = os.open(os.devnull, os.O_RDONLY)
     try:
-        pid = template.spawn(argv, env, [null, out, err])
+        pid = template.spawn(argv, env, [null, out, err], cwd)
     finally:
         os.close(null)
     return None if pid is None else Forked(template, pid, argv)
 
 
 def popen_secemb(argv: list[str], *, stdout: Any = None, stderr: Any = None, env: dict[str, str] | None = None,
-                 text: bool = False) -> Any:
-    """``subprocess.Popen(argv, stdin=DEVNULL, stdout=..., stderr=..., env=..., text=...)`` for ``argv`` =
-    ``python -m secemb ...``, forked from the template where it can be (:func:`_fork`; stdout: ``None`` or
-    ``PIPE``; stderr: ``None``, ``PIPE`` or ``STDOUT``), else that very Popen."""
+                 text: bool = False, cwd: str | os.PathLike[str] | None = None) -> Any:
+    """``subprocess.Popen(argv, stdin=DEVNULL, stdout=..., stderr=..., env=..., text=..., cwd=...)`` for ``argv`` =
+    ``python -m secemb ...`` or ``python -c SCRIPT ...`` (a script that runs ``secemb``'s command line, as the
+    installed ``secemb`` script does), forked from the template where it can be (:func:`_fork`; stdout: ``None``
+    or ``PIPE``; stderr: ``None``, ``PIPE`` or ``STDOUT``), else that very Popen."""
     env = dict(os.environ) if env is None else env
     if stdout in (None, subprocess.PIPE) and stderr in (None, subprocess.PIPE, subprocess.STDOUT):
         mine: dict[str, int] = {}
@@ -354,7 +370,7 @@ def popen_secemb(argv: list[str], *, stdout: Any = None, stderr: Any = None, env
         elif stderr == subprocess.STDOUT:
             theirs[1] = theirs[0]
         try:
-            forked = _fork(argv, env, *theirs)
+            forked = _fork(argv, env, *theirs, cwd=None if cwd is None else os.fspath(cwd))
         finally:
             for fd in set(theirs) - {1, 2}:
                 os.close(fd)
@@ -364,7 +380,32 @@ def popen_secemb(argv: list[str], *, stdout: Any = None, stderr: Any = None, env
             return forked
         for fd in mine.values():
             os.close(fd)
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, env=env, text=text)
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, env=env, text=text, cwd=cwd)
+
+
+def run(argv: list[str], *, timeout: float, cwd: str | os.PathLike[str] | None = None,
+        env: dict[str, str] | None = None, text: bool = False) -> subprocess.CompletedProcess[Any]:
+    """``subprocess.run(argv, capture_output=True, timeout=timeout, cwd=cwd, env=env, text=text)`` for ``argv`` =
+    ``python -m secemb ...`` or ``python -c SCRIPT ...``, forked from the template where it can be
+    (:func:`popen_secemb`): a child of its own (a signal that ends it, a SIGSEGV from a guard page, is its exit
+    status, negative), without the ~0.9-1.5 s of CPU a fresh interpreter spends importing numpy, numba and this
+    package (and the CLI) and loading the kernels.  For children that check what a command or a kernel does,
+    not what a fresh interpreter imports or compiles (those use :func:`subprocess.run`).  Past ``timeout`` the
+    child is killed and :class:`subprocess.TimeoutExpired` raised, as :func:`subprocess.run` does."""
+    proc = popen_secemb(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=text, cwd=cwd)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def run_script(script: str, *args: str, timeout: float, cwd: str | os.PathLike[str] | None = None,
+               env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """:func:`run` of ``python -c SCRIPT ARGS`` (text output): the kernel children."""
+    return run([sys.executable, "-c", script, *args], timeout=timeout, cwd=cwd, env=env, text=True)
 
 
 def _launch_server(argv: list[str], env: dict[str, str], log: Path) -> Any:

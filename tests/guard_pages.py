@@ -8,9 +8,9 @@ last byte the last before the upper guard (``at="end"``) or its first the first 
 Linux only (``mprotect`` through ctypes).
 """
 
-import subprocess
-import sys
 import textwrap
+
+from _server_template import run_script
 
 PLACE = """
 import ctypes, mmap
@@ -33,10 +33,9 @@ def place(a, at):
 
 
 def run_guarded(body: str, timeout: float = 120) -> list[str]:
-    """Run ``PLACE + body`` in a fresh interpreter; its output's words.  Fails (AssertionError, with its
-    stderr's tail) where the child did not exit 0: a signal such as SIGSEGV from a guard, or a failed
-    assertion of its own."""
-    got = subprocess.run([sys.executable, "-c", PLACE + textwrap.dedent(body)], capture_output=True, text=True,
-                         timeout=timeout, check=False)
+    """Run ``PLACE + body`` in a child interpreter (forked from the suite's warm template where it can be:
+    :func:`_server_template.run_script`); its output's words.  Fails (AssertionError, with its stderr's tail)
+    where the child did not exit 0: a signal such as SIGSEGV from a guard, or a failed assertion of its own."""
+    got = run_script(PLACE + textwrap.dedent(body), timeout=timeout)
     assert got.returncode == 0, (got.returncode, got.stderr[-2000:])
     return got.stdout.split()

@@ -8,10 +8,10 @@ exits 2, naming the option, where the default aborts Figure 6's rounds."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
+from _server_template import run
 from cli_helpers import ENV, SECEMB, assert_usage_error, run_cli
 
 from secemb.protocols.sfsl.parties import R6_WARNING
@@ -24,8 +24,7 @@ TRAIN = ["train", "--protocol", "sfsl", "--dataset", "taobao-mini", "--users-per
 
 def _train(tmp_path: Path, *extra: str) -> tuple[dict, str]:
     out = tmp_path / f"run{len(list(tmp_path.iterdir()))}.json"
-    proc = subprocess.run([*SECEMB, *TRAIN, *extra, "--json-out", str(out)], capture_output=True, text=True,
-                          env=ENV, timeout=600)
+    proc = run([*SECEMB, *TRAIN, *extra, "--json-out", str(out)], text=True, env=ENV, timeout=600)  # forked
     assert proc.returncode == 0, proc.stderr
     return json.loads(out.read_text()), proc.stderr
 
@@ -101,8 +100,8 @@ BENCH = ["bench", "sfsl", "--quick", "--parts", "fig6", "--dropouts", "0.2", "--
 
 def test_bench_sfsl_runs_figure_6_with_min_row_holders_1_and_refuses_what_cannot_run(tmp_path: Path) -> None:
     out = tmp_path / "fig6.json"
-    proc = subprocess.run([*SECEMB, *BENCH, "--min-row-holders", "1", "--out", str(out), "--json"],
-                          capture_output=True, text=True, env=ENV, timeout=600)
+    proc = run([*SECEMB, *BENCH, "--min-row-holders", "1", "--out", str(out), "--json"], text=True, env=ENV,
+               timeout=600)  # forked from the suite's warm template where it can be
     assert proc.returncode == 0, proc.stderr
     assert R6_WARNING in proc.stderr
     doc = json.loads(out.read_text())

@@ -8,12 +8,12 @@ import math
 import os
 import secrets
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from _server_template import run  # type: ignore[import-not-found]
 from typer.testing import CliRunner
 
 from secemb.cli import app
@@ -125,9 +125,8 @@ def test_serve_on_a_busy_port_is_one_line_before_startup(tmp_path: Path) -> None
             "model": {"name": "mf", "num_items": 50, "num_users": 10, "hparams": {"dim": 4}},
             "training": {"m_prime": 5}}))
         env = dict(os.environ, **{f"SECEMB_{k}_SECRET": secrets.token_hex(32) for k in ("PEER", "ADMIN", "USER")})
-        proc = subprocess.run([sys.executable, "-c", "from secemb.cli import main; main()", "serve", "--config",
-                               str(tmp_path / "s0.json"), "--insecure-http"],
-                              env=env, capture_output=True, text=True, timeout=60)
+        proc = run([sys.executable, "-c", "from secemb.cli import main; main()", "serve", "--config",
+                    str(tmp_path / "s0.json"), "--insecure-http"], env=env, text=True, timeout=60)  # forked
     assert proc.returncode == 2, proc.stdout + proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert errors == [f"error: cannot listen on 127.0.0.1:{port}: port in use (another process listens there)"]

@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+from _server_template import popen_secemb  # the processes below fork from the suite's warm template where they can
 from typer.testing import CliRunner
 
 from secemb.cli import app
@@ -81,9 +82,9 @@ def test_serve_runs_a_server_from_a_toml_file_and_refuses_unsigned_requests(tmp_
     (tmp_path / "s0.toml").write_text(_toml(doc))
     env = dict(os.environ, SECEMB_PEER_SECRET=secrets.token_hex(32), SECEMB_ADMIN_SECRET=admin.hex(),
                SECEMB_USER_SECRET=secrets.token_hex(32))
-    proc = subprocess.Popen([sys.executable, "-c", "from secemb.cli import main; main()", "serve", "--party", "0", "--config",
-                             str(tmp_path / "s0.toml"), "--log-level", "warning", "--insecure-http"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
+    proc = popen_secemb([sys.executable, "-c", "from secemb.cli import main; main()", "serve", "--party", "0",
+                         "--config", str(tmp_path / "s0.toml"), "--log-level", "warning", "--insecure-http"],
+                        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
     try:
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 30
@@ -136,7 +137,7 @@ def test_client_command_runs_one_device_through_a_round_opened_by_secemb_admin(t
         r = runner.invoke(app, ["admin", "status", "--deployment", dep])
         assert r.exit_code == 0 and json.loads(r.output)["server1"]["round"]["round_id"] == rid, r.output
         state = tmp_path / "device7.npz"
-        procs = [subprocess.Popen(
+        procs = [popen_secemb(
             [sys.executable, "-c", "from secemb.cli import main; main()", "client", "--user", str(u), "--credentials",
              str(creds[u]), "--wait", "30", "--min-users", "2"] + extra,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _server_template import popen_secemb
 
 from secemb.client.device import Device, DeviceClient
 from secemb.data import by_user, leave_one_out, load_dataset
@@ -45,9 +46,10 @@ def _decode(cluster: LocalCluster, admin, model) -> np.ndarray:
 
 
 def _client(tmp_path: Path, user: int, *extra: str) -> subprocess.Popen:
-    """``secemb client`` for ``user`` (a subprocess that waits for its round)."""
+    """``secemb client`` for ``user`` (a subprocess that waits for its round; forked from the suite's warm
+    template where it can be: tests/_server_template.py)."""
     [creds] = Deployment(tmp_path / "cluster").add_devices([user])
-    return subprocess.Popen(
+    return popen_secemb(
         [sys.executable, "-c", "from secemb.cli import main; main()", "client", "--user", str(user), "--credentials",
          str(creds), "--dataset", "synthetic-mini", "--wait", "60", "--min-users", "2", *extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)

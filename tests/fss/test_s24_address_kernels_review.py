@@ -10,7 +10,8 @@ checks bounds: an extent the Python checks get wrong is a read or a write of oth
 
 Technique: the arrays a kernel reads or writes are put against a ``PROT_NONE`` guard page (an anonymous
 ``mmap``, ``mprotect`` through ctypes: the array's last byte the last before the guard, or its first the
-first after one), and every attack runs in a fresh interpreter, so that a read or write one byte out
+first after one), and every attack runs in a child interpreter (forked from the suite's warm template where
+it can be), so that a read or write one byte out
 of bounds is a SIGSEGV, seen as the child's return code, not pytest's death (checked: each kernel
 called directly with an extent one byte, position or row too large dies so).  Each child is bounded
 in time.
@@ -80,6 +81,7 @@ import sys
 import textwrap
 
 import pytest
+from _server_template import run_script
 from child_verdicts import REFUSED, assert_all_refused
 
 from secemb.fss import kernels
@@ -126,12 +128,12 @@ rng = np.random.default_rng(24)
 
 
 def _child(body: str, timeout: float = 300) -> tuple[int, list[str], str]:
-    """Run ``PRELUDE + body`` in a fresh interpreter: its return code (negative: the signal that
-    ended it), its output lines and its stderr's tail; a child past ``timeout`` seconds fails."""
+    """Run ``PRELUDE + body`` in a child interpreter (forked from the suite's warm template where it can be:
+    :func:`_server_template.run_script`): its return code (negative: the signal that ended it), its output
+    lines and its stderr's tail; a child past ``timeout`` seconds fails."""
     code = PRELUDE + textwrap.dedent(body)  # body: indented by 4 throughout
     try:
-        got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
-                             check=False)
+        got = run_script(code, timeout=timeout)
     except subprocess.TimeoutExpired:
         pytest.fail(f"the child ran past {timeout} s")
     return got.returncode, got.stdout.splitlines(), got.stderr[-3000:]

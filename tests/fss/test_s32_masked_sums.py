@@ -95,7 +95,7 @@ def test_sum_keys_adds_or_writes_exactly_the_masked_lanes(bits: int, size: int, 
                         assert keys.tolist() == want_keys, (per, count, vectors, lanes, store)
 
 
-#: run in a fresh process: each array's last lane ends a page whose next page is PROT_NONE, so that a
+#: run in a child process: each array's last lane ends a page whose next page is PROT_NONE, so that a
 #: load or store past the lanes faults (the masked ones do not: masked-off lanes never fault)
 _GUARDED = """
 import ctypes, mmap
@@ -150,10 +150,9 @@ print("no fault")
 def test_sum_keys_touches_no_word_past_the_lanes() -> None:
     """Values, a row and keys that end a page followed by an inaccessible one, for lane counts that
     end inside a vector: both calls (add, then write) finish without a fault and with the sums."""
-    import subprocess
-    import sys
+    from _server_template import run_script  # a child forked from the suite's warm template where it can be
 
-    done = subprocess.run([sys.executable, "-c", _GUARDED], capture_output=True, text=True, timeout=600, check=False)
+    done = run_script(_GUARDED, timeout=600)
     assert done.returncode == 0 and "no fault" in done.stdout, (done.returncode, done.stderr[-2000:])
 
 

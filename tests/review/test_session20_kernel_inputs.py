@@ -5,7 +5,8 @@ numba's ``@njit`` kernels (:mod:`secemb.fss._numba_kernels`, ``_rangeproof_kerne
 ``_projection_kernels``, ``_shani``, ``_aesni``, :mod:`secemb.privacy.cdt`) index without bounds
 checks: an index or a shape that does not fit reads or writes other memory -- a segmentation fault
 at best (a server's whole deployment down, its in-memory state lost), silent garbage at worst.
-Every attack here runs in a fresh interpreter (``subprocess``), so that a crash shows as a negative
+Every attack here runs in a child interpreter (forked from the suite's warm template where it can be:
+``_server_template.run_script``), so that a crash shows as a negative
 return code instead of killing pytest, on the compiled kernels (and, where both apply, the numpy
 reference too).
 
@@ -48,12 +49,11 @@ makes them consistent, but a caller's hand-built batch reached the kernels unche
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from _server_template import run_script
 from child_verdicts import REFUSED, assert_all_refused
 
 from secemb.fss import kernels
@@ -72,11 +72,11 @@ kernels.BACKEND = sys.argv[1]
 
 
 def _run(body: str, backend: str = "numba", timeout: float = 240) -> list[str]:
-    """Run ``PRELUDE + body`` in a fresh interpreter on ``backend``; its output lines, after
-    checking it exited normally (a segmentation fault is a negative return code)."""
+    """Run ``PRELUDE + body`` in a child interpreter on ``backend`` (forked from the suite's warm template
+    where it can be: :func:`_server_template.run_script`); its output lines, after checking it exited
+    normally (a segmentation fault is a negative return code)."""
     code = PRELUDE + textwrap.dedent(body)
-    got = subprocess.run([sys.executable, "-c", code, backend], capture_output=True, text=True, timeout=timeout,
-                         check=False)
+    got = run_script(code, backend, timeout=timeout)
     assert got.returncode == 0, f"child exited with {got.returncode}:\n{got.stdout}\n{got.stderr[-3000:]}"
     return got.stdout.splitlines()
 

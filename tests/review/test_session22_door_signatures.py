@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -41,6 +40,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from _server_template import run  # type: ignore[import-not-found]
 from secemb.data.ctr import ClickData, TaobaoShaped, split_clicks
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
 from secemb.protocols.exchange import ExchangeParty, ExchangeRecord, ExchangeServer, RosterPinnedNode
@@ -482,8 +482,7 @@ def test_a_malformed_pin_is_a_bad_configuration(deployment: Path, tmp_path: Path
 def test_secemb_serve_refuses_a_configuration_without_a_pin_with_one_line(deployment: Path, tmp_path: Path) -> None:
     path = _copy(deployment, tmp_path, {"roster_pin": None, "host": "127.0.0.1", "port": free_port()})
     assert ExchangeDeployment.load(path).pin is None  # the file itself is read as before
-    res = subprocess.run([sys.executable, "-m", "secemb", "serve", "--config", str(path)], capture_output=True,
-                         timeout=300, check=False)
+    res = run([sys.executable, "-m", "secemb", "serve", "--config", str(path)], timeout=300)  # forked where it can be
     out = (res.stdout + res.stderr).decode()
     assert res.returncode == 2, out
     lines = out.strip().splitlines()

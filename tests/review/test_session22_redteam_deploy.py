@@ -57,6 +57,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _server_template import popen_secemb  # type: ignore[import-not-found]
 from cli_helpers import ENV, SECEMB, admin, init_one_server, kill, serve, stop  # type: ignore[import-not-found]
 from test_session22_door_signatures import SETS, SETUP, _secea
 from typer.testing import CliRunner
@@ -319,10 +320,12 @@ def _with_foreign_identity(creds: Path, out: Path) -> Path:
 
 
 def _client(creds: Path, user: int, wait: str = "120", marks: Path | None = None) -> subprocess.Popen:
-    """``secemb client`` of device ``user``; with ``marks``, the :data:`_MARKING_CLIENT` one."""
+    """``secemb client`` of device ``user``; with ``marks``, the :data:`_MARKING_CLIENT` one.  Forked from the
+    suite's warm template where it can be (tests/_server_template.py): a fresh interpreter spent ~3-5 s of CPU
+    importing torch and the CLI before its first message (four at once in the test below)."""
     command = SECEMB if marks is None else [sys.executable, "-c", _MARKING_CLIENT, str(marks)]
-    return subprocess.Popen([*command, "client", "--user", str(user), "--credentials", str(creds), "--wait", wait],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+    return popen_secemb([*command, "client", "--user", str(user), "--credentials", str(creds), "--wait", wait],
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
 
 
 def _close_when_only_the_refused_is_missing(root: Path, round_id: int, marks: Path, refused: subprocess.Popen,

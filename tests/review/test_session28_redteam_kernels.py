@@ -81,13 +81,13 @@ by helper B (c0e16bb), S28-E2 and S28-E3 by the lead (``convert_accumulate`` ref
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
+from _server_template import run_script
 
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
 from secemb.framing import HEADER_BYTES
@@ -111,12 +111,12 @@ MASK = 2**64 - 1
 
 
 def _child(body: str, backend: str, timeout: float = 300) -> tuple[int, list[str]]:
-    """Run ``body`` in a fresh interpreter on ``backend`` (a memory error is the child's death, not
-    pytest's): its return code and output lines."""
+    """Run ``body`` in a child interpreter on ``backend`` (a memory error is the child's death, not
+    pytest's; forked from the suite's warm template where it can be: :func:`_server_template.run_script`): its
+    return code and output lines."""
     code = "import sys\nimport numpy as np\nfrom secemb.errors import InvalidParameters\n" \
            "from secemb.fss import kernels\nkernels.BACKEND = sys.argv[1]\n" + REFUSED + textwrap.dedent(body)
-    got = subprocess.run([sys.executable, "-c", code, backend], capture_output=True, text=True, timeout=timeout,
-                         check=False)
+    got = run_script(code, backend, timeout=timeout)
     return got.returncode, got.stdout.splitlines() + got.stderr.splitlines()[-5:]
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _server_template import run  # type: ignore[import-not-found]
 from typer.testing import CliRunner
 
 from secemb.cli import app
@@ -174,8 +175,8 @@ def test_serve_over_another_deployments_state_exits_2_with_one_line(tmp_path: Pa
     state.ended(_aborted(1, [0]))
     before = _files(state_dir)
     try:  # a process: a server that does start would listen until stopped
-        res = subprocess.run([sys.executable, "-m", "secemb", "serve", "--config", str(roots["3"] / "exchange.json")],
-                             capture_output=True, timeout=120)
+        res = run([sys.executable, "-m", "secemb", "serve", "--config", str(roots["3"] / "exchange.json")],
+                  timeout=120)  # forked from the suite's warm template where it can be
     except subprocess.TimeoutExpired:
         pytest.fail("secemb serve started over another deployment's state")
     assert res.returncode == 2, res

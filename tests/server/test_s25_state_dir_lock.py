@@ -31,6 +31,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
 from cli_helpers import ENV, SECEMB, admin, init_one_server, serve, stop  # type: ignore[import-not-found]  # noqa: E402
+from _server_template import run  # type: ignore[import-not-found]  # noqa: E402
 
 from secemb.server.config import ServerConfig, config_document  # noqa: E402
 from secemb.server.persist import LOCK, StateInUse, StorageError, hold_state_dir  # noqa: E402
@@ -138,7 +139,7 @@ def test_secemb_serve_refuses_a_state_directory_another_server_holds_two_servers
     config.write_text(json.dumps(config_document(cfg)))
     state.mkdir()
     with hold_state_dir(state):
-        res = subprocess.run([*SECEMB, "serve", "--config", str(config)], capture_output=True, timeout=120, env=ENV)
+        res = run([*SECEMB, "serve", "--config", str(config)], timeout=120, env=ENV)  # forked where it can be
     assert res.returncode == 2, res
     stderr = res.stderr.decode()
     assert [line for line in stderr.splitlines() if line.startswith("error: ")] == [  # after its start-up lines
@@ -160,8 +161,8 @@ def test_two_one_server_servers_on_one_directory_the_second_refused_and_restarts
     try:
         servers.append(serve(root))
         before = _files(state)
-        second = subprocess.run([*SECEMB, "serve", "--config", str(root / "exchange.json"), "--port", "0"],
-                                capture_output=True, timeout=120, env=ENV)
+        second = run([*SECEMB, "serve", "--config", str(root / "exchange.json"), "--port", "0"], timeout=120,
+                     env=ENV)  # forked from the suite's warm template where it can be
         assert second.returncode == 2, second
         assert second.stderr.decode().splitlines() == [
             f"error: state directory {state} {_in_use(servers[0].pid)}: stop it first, or give this server its "

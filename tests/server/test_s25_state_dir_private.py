@@ -21,7 +21,6 @@ import json
 import logging
 import os
 import stat
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +30,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
 from cli_helpers import ENV, SECEMB  # type: ignore[import-not-found]  # noqa: E402
+from _server_template import run  # type: ignore[import-not-found]  # noqa: E402
 
 from secemb.server import persist  # noqa: E402
 from secemb.server.config import ServerConfig, config_document  # noqa: E402
@@ -122,7 +122,7 @@ def test_secemb_serve_exits_2_on_a_group_writable_state_directory(tmp_path: Path
                        port=0)
     config = tmp_path / "server0.json"
     config.write_text(json.dumps(config_document(cfg)))
-    res = subprocess.run([*SECEMB, "serve", "--config", str(config)], capture_output=True, timeout=120, env=ENV)
+    res = run([*SECEMB, "serve", "--config", str(config)], timeout=120, env=ENV)  # forked where it can be
     assert res.returncode == 2, res
     stderr = res.stderr.decode()
     assert [line for line in stderr.splitlines() if line.startswith("error: ")] == [

@@ -87,6 +87,33 @@ def test_piped_outputs_and_exit_codes_are_popens(text):
         assert (forked.returncode, bool(got[0])) in ((0, True), (2, stderr == subprocess.STDOUT))
 
 
+#: a script as the tests' devices run it (``python -c SCRIPT ARGS``): what it sees of its process, then the CLI
+_SCRIPT = """
+import os, sys
+print(repr(sys.argv), repr(sys.path[0]), os.getcwd(), __name__, flush=True)
+from secemb.cli import main
+main()
+"""
+
+
+@pytest.mark.parametrize("args", [["--version"], ["no-such-command"]])
+def test_a_script_forked_sees_what_python_c_gives_it(tmp_path, args):
+    """``python -c SCRIPT ARGS`` forked (the devices of tests/client/test_net_cli.py and the marking clients of
+    tests/review/test_session22_redteam_deploy.py): the same ``sys.argv``, ``sys.path[0]``, working directory,
+    ``__name__``, output and exit code as a fresh ``python -c`` in that directory."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    argv = [sys.executable, "-c", _SCRIPT, *args]
+    forked = _server_template.popen_secemb(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                                           text=True, cwd=tmp_path)
+    fresh = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                             text=True, cwd=tmp_path)
+    assert isinstance(forked, _server_template.Forked)
+    got, want = forked.communicate(timeout=60), fresh.communicate(timeout=60)
+    assert got == want and forked.returncode == fresh.returncode, (got, want)
+    assert got[0].splitlines()[0] == f"{['-c', *args]!r} '' {tmp_path} __main__"
+    assert forked.returncode == (0 if args == ["--version"] else 2)
+
+
 def test_what_torch_writes_into_the_environment_keeps_the_template(monkeypatch: pytest.MonkeyPatch, tmp_path):
     """A process that used torch's inductor has ``TORCHINDUCTOR_CACHE_DIR`` in its environment (torch sets it):
     the processes it starts afterwards are still forked (in the CI of session 37 they were not: every server of
