@@ -27,23 +27,34 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 
 
-#: the suite's longest files (seconds summed over their tests in a fresh-clone CI, session 36), run first:
-#: ``--dist loadfile`` hands out files in collection order, and a long file handed out last leaves the
+#: the suite's longest files (seconds summed over their tests in an idle whole-suite run, session 43,
+#: ``/work/notes/s43/junit-base.xml``), run first: ``--dist loadfile`` hands out files in collection order
+#: once :func:`pytest_configure` turns off xdist's own reordering (by number of tests, its default since
+#: xdist 3: before session 43 this list had no effect there), and a long file handed out last leaves the
 #: other workers idle at the end (a scheduling hint only: tests/test_conftest_order.py checks they exist)
 LONGEST_FIRST = (
-    "engine/test_engine_twins.py",  # 82 s
-    "review/test_session36_redteam.py",  # 79 s
-    "engine/test_engine_twins_2.py",  # 78 s
-    "review/test_session30_fuzz.py",  # 73 s
-    "engine/test_engine_twins_1.py",  # 64 s
-    "server/test_net_faults.py",  # 63 s
-    "fss/test_fss_gpu.py",  # 60 s
-    "review/test_session25_fuzz_exchange.py",  # 43 s
-    "review/test_session27_redteam_kernels.py",  # 42 s
-    "fss/test_cpu_profiles.py",  # 39 s
-    "cli/test_secea_deploy.py",  # 33 s
-    "server/test_net_flood.py",  # 32 s
+    "fss/test_fss_gpu.py",  # 54 s
+    "engine/test_engine_twins_2.py",  # 43 s
+    "engine/test_engine_twins.py",  # 41 s
+    "test_lint.py",  # 40 s
+    "review/test_session42_redteam.py",  # 37 s
+    "privacy/test_privacy.py",  # 34 s
+    "engine/test_engine_twins_1.py",  # 33 s
+    "review/test_session27_redteam_kernels.py",  # 29 s
+    "fss/test_s29_sketch.py",  # 26 s
+    "review/test_session35_redteam.py",  # 26 s
+    "server/test_net_flood.py",  # 25 s
+    "server/test_s42_quorum_agreed.py",  # 24 s
+    "server/test_net_faults.py",  # 22 s
+    "server/test_net_dropouts.py",  # 22 s
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, files go out in the collection's order (:data:`LONGEST_FIRST` first), not
+    xdist's (``--no-loadscope-reorder``: ``loadscopereorder`` is its option's destination)."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
