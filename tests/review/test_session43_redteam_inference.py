@@ -33,6 +33,15 @@ Findings (a strict xfail below until fixed; G3 and G4 are fixed, their tests pla
   later inference of the device take minutes.  Fixed here: Gaussian releases compose exactly to
   one Gaussian of ``mu^2 = sum (2B / sigma_i)^2`` (Dong, Roth and Su 2019), which the accountant
   now gets as one event.  ``test_the_composition_of_many_releases_is_exact_and_quick``.
+* **S43-G5 (low: the device's memory and a wasted release; a deviating server 0).**  A device
+  accepts a description of up to ``MAX_ITEMS`` = 2^26 candidates, but reads a reply of at most
+  ``ANSWER_FLOOR_BYTES`` (64 MiB: 8,388,607 scores); beyond that it draws (and records) a release,
+  sends it, and only then refuses the reply.  Before that it holds ~40 B a candidate (tracemalloc,
+  ``/work/notes/s43/G/num_items_memory.py``: 161 MiB at 2^22, 641 MiB at 2^24; ~2.5 GiB at 2^26) for a
+  200-byte description.  Proposed: refuse ``num_candidates`` whose reply exceeds the answer limit
+  (or read the reply with ``most_bytes=reply_bytes(n)`` and raise the limit to it), before any
+  release; with ``candidates: null`` the positions are the ids, nothing needs materialising.
+  ``test_a_catalogue_whose_reply_cannot_be_read_is_refused_before_any_release``.
 * **S43-G4 (low: the server's answer; any enrolled device).**  A request of finite values far beyond
   any clipping bound (1e155 and up) overflowed FM's and DeepFM's sum of squares: the server answered
   200 with non-finite scores (a reply its own format refuses), logging a RuntimeWarning (a 500
@@ -196,7 +205,7 @@ def test_the_ledger_composes_but_never_refuses(monkeypatch, tmp_path) -> None:
 def test_a_release_beyond_the_devices_budget_is_refused_before_it_is_sent(monkeypatch, tmp_path) -> None:
     before = _spent_ledger(tmp_path, 5).ledger.copy()  # (2.187, 5e-4) spent; a sixth: 2.39 > 2
     res, posts = _cli(monkeypatch, tmp_path, PARAMS, "--max-epsilon", "2")
-    assert res.exit_code == 2 and "epsilon" in res.output, res.output
+    assert res.exit_code == 2 and "epsilon" in res.output and "No such option" not in res.output, res.output
     assert posts == []
     np.testing.assert_array_equal(ReleaseLedger.load(tmp_path / "dev3.npz.grec-releases.npz").ledger, before)
     # the release already made is still sent again (post-processing costs nothing)
@@ -293,3 +302,22 @@ def test_a_finite_request_far_beyond_any_bound_is_a_400_and_changes_nothing(tmp_
     headers = sign_headers("user:3", user_key(USERS, 3), "POST", "/v1/inference", "", honest)
     headers["Content-Type"] = "application/octet-stream"
     assert client.post("/v1/inference", content=honest, headers=headers).status_code == 200
+
+
+# ---------------------------------------------------------------------- S43-G5: a catalogue no reply can carry
+
+
+@pytest.mark.xfail(strict=True, reason="S43-G5 (low): a description announcing more candidates than a reply can "
+                   "carry (the 64 MiB answer limit: 8,388,607 scores) is answered with a release, ~40 B of the "
+                   "device's memory a candidate, before the reply is refused")
+def test_a_catalogue_whose_reply_cannot_be_read_is_refused_before_any_release() -> None:
+    from secemb.inference.service import reply_bytes
+    from secemb.transport.limits import ANSWER_FLOOR_BYTES
+
+    n = (ANSWER_FLOOR_BYTES - 8) // 8 + 1  # one score more than a readable reply holds
+    assert reply_bytes(n) > ANSWER_FLOOR_BYTES >= reply_bytes(n - 1)
+    big = {**MF, "num_items": n, "num_candidates": n}
+    srv, ledger = _Server(big), ReleaseLedger()
+    with pytest.raises(InvalidMessage):
+        infer_remote(srv, PARAMS, MECH, np.array([1]), ledger=ledger, _rng=CtrDrbg(2))
+    assert srv.seen == [] and ledger.releases == 0
