@@ -17,7 +17,16 @@ Findings (a strict xfail below until fixed; G3 and G4 are fixed, their tests pla
   with ``p_u`` 0.31, 0.59, 0.58, 0.84, 0.96.  The device exits 0 every time (garbage scores on the
   NCF queries) and only its ``spent_epsilon`` grows (3.1 after 10, 11.5 after 100, 61 at delta 0.1
   after 1,000).  The ledger's stated purpose ("the server
-  cannot average fresh draws") is defeated without the device changing anything.
+  cannot average fresh draws") is defeated without the device changing anything.  Scope: a device
+  run without ``--recommender`` (MF of even d, every NCF; an announced FM without features gives
+  MF's ``H_u`` bytes: reused).  With ``--recommender`` the announcement is pinned to the
+  recommender's name and SHA-256 (``test_a_device_given_its_recommender_refuses_the_other_announcement``);
+  the levers left there need the device to load new files: a re-published FM/DeepFM recommender
+  with another ``V_x`` (``H_u``'s feature rows), a denoiser of another (epsilon, delta, B).
+  Proposed: the device pins the model its parameters belong to (name and hparams in the state file
+  or the ledger; another announcement for the same parameters: exit 1), the ledger keys reuse on
+  the device's private inputs (``params``, ``x_u``) and the mechanism rather than on ``H_u``, and
+  G2's budget as the backstop.
   ``test_a_server_alternating_the_announced_model_gets_one_release``.
 * **S43-G2 (medium: no budget; any server that can make a device release again).**  Nothing caps
   a device's composed privacy loss: the ledger composes and reports, ``secemb infer`` never
@@ -150,6 +159,19 @@ def test_the_alternation_is_what_draws_the_releases() -> None:
     srv, ledger, refused = _alternated(6)
     assert refused == 0 and ledger.releases == 6 and len({h.tobytes() for h in srv.seen}) == 6
     assert all(np.linalg.norm(h) <= MECH.bound + 1e-12 for h in srv.seen)  # each a genuine release of p_u
+
+
+def test_a_device_given_its_recommender_refuses_the_other_announcement() -> None:
+    """What bounds S43-G1 today: with ``--recommender`` the announced model must be the
+    recommender's (name and SHA-256), so the server cannot switch MF for NCF."""
+    from secemb.models import get_model
+
+    srv, ledger = _Server(MF, NCF), ReleaseLedger()
+    rec = (get_model("mf", dim=D), np.zeros(1), MF["model_sha256"])
+    infer_remote(srv, PARAMS, MECH, np.array([1]), ledger=ledger, recommender=rec, _rng=CtrDrbg(3))
+    with pytest.raises(InvalidParameters, match="is not the model the deployment serves"):
+        infer_remote(srv, PARAMS, MECH, np.array([1]), ledger=ledger, recommender=rec, _rng=CtrDrbg(3))
+    assert ledger.releases == 1 and len(srv.seen) == 1
 
 
 # ---------------------------------------------------------------------- S43-G2: no budget
