@@ -1,7 +1,7 @@
 """Session 43, red team G: GREC private inference against a deviating server 0
 (``secemb infer --credentials``; docs/inference.md, "Several releases by one device").
 
-Findings (a strict xfail below until fixed; G3 and G4 are fixed, their tests plain):
+Findings (a strict xfail below until fixed; G3 and G4 are fixed here, their tests plain):
 
 * **S43-G1 (high: the device's representation; a deviating server 0).**  The release ledger reuses
   a release while the SHA-256 of ``H_u`` -- its *shape* and bytes -- is unchanged, and ``H_u``'s
@@ -51,6 +51,13 @@ Findings (a strict xfail below until fixed; G3 and G4 are fixed, their tests pla
   (or read the reply with ``most_bytes=reply_bytes(n)`` and raise the limit to it), before any
   release; with ``candidates: null`` the positions are the ids, nothing needs materialising.
   ``test_a_catalogue_whose_reply_cannot_be_read_is_refused_before_any_release``.
+* **S43-G6 (low: what the device is told; follows from G1/G2).**  ``spent()`` reports epsilon at
+  delta = the sum of the deltas, which reaches 1 after 10,000 releases at delta 1e-4: then it reports
+  ``(0.0, 1.0001)``, and before that epsilon falls as releases are added (374.8 at 9,999, 318.5 at
+  10,000; at delta 0.01 a release: 1.0 after one, 0.435 at delta 0.99 after 99, 0.0 after 101).
+  Proposed: G2's budget refuses long before; or report epsilon at a fixed delta (the mechanism's,
+  or a ``--report-delta``) and refuse a summed delta of 1 or more.
+  ``test_more_releases_never_report_less_privacy_loss``.
 * **S43-G4 (low: the server's answer; any enrolled device).**  A request of finite values far beyond
   any clipping bound (1e155 and up) overflowed FM's and DeepFM's sum of squares: the server answered
   200 with non-finite scores (a reply its own format refuses), logging a RuntimeWarning (a 500
@@ -343,3 +350,18 @@ def test_a_catalogue_whose_reply_cannot_be_read_is_refused_before_any_release() 
     with pytest.raises(InvalidMessage):
         infer_remote(srv, PARAMS, MECH, np.array([1]), ledger=ledger, _rng=CtrDrbg(2))
     assert srv.seen == [] and ledger.releases == 0
+
+
+# ---------------------------------------------------------------------- S43-G6: the report past delta = 1
+
+
+@pytest.mark.xfail(strict=True, reason="S43-G6 (low): the ledger reports epsilon at the summed delta, which falls as "
+                   "releases add up, to (0.0, 1.0001)-LDP past 10,000 releases at delta 1e-4")
+def test_more_releases_never_report_less_privacy_loss() -> None:
+    loose = GaussianLDP(1.0, 0.01, 1.0)  # the same summed delta as 10,000 releases at 1e-4, quicker to compose
+    row = [loose.epsilon, loose.delta, loose.bound, loose.sigma]
+    one = ReleaseLedger(None, np.array([row])).spent()
+    before = ReleaseLedger(None, np.array([row] * 99)).spent()  # (0.435, 0.99) measured
+    after = ReleaseLedger(None, np.array([row] * 101)).spent()  # (0.0, 1.01) measured
+    assert one[0] == pytest.approx(1.0, abs=1e-3) and before[1] < 1.0
+    assert before[0] >= one[0] and after[0] >= before[0] and after[1] < 1.0, (one, before, after)
