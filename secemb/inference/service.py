@@ -133,13 +133,19 @@ class InferenceServer:
         Raises
         ------
         InvalidMessage
-            A malformed request.
+            A malformed request; or one whose scores are not finite (values far beyond any
+            clipping bound overflow FM's squares: an honest ``H~`` has norm at most ``B``; the
+            reply would break its own format, finding S43-G4).
         """
         h = decode_request(request, self.rep.rows, self.rep.dim)
         assert self.candidates is not None
-        summary = self.rep.summary(h[None])
-        return encode_reply(self.rep.score(np.repeat(summary, self.candidates.size, axis=0),
-                                           self.table[self.candidates]))
+        with np.errstate(over="ignore", invalid="ignore"):
+            summary = self.rep.summary(h[None])
+            scores = self.rep.score(np.repeat(summary, self.candidates.size, axis=0), self.table[self.candidates])
+        if not np.isfinite(scores).all():
+            raise InvalidMessage("inference request: its scores are not finite (values far beyond any clipping "
+                                 "bound)")
+        return encode_reply(scores)
 
 
 @dataclass
