@@ -87,6 +87,10 @@ def register(app: typer.Typer) -> None:
         epsilon: Annotated[float | None, typer.Option(help="LDP epsilon (default 1, or the denoiser's).")] = None,
         delta: Annotated[float | None, typer.Option(help="LDP delta (default 1e-4, or the denoiser's).")] = None,
         bound: Annotated[float | None, typer.Option(help="Clipping norm B (default 1, or the denoiser's).")] = None,
+        max_epsilon: Annotated[float, typer.Option(min=0.0, help="The device's privacy budget: a new release that "
+                                                   "would take its releases' composed epsilon beyond it is refused "
+                                                   "(exit 2, nothing sent); the current release is sent again "
+                                                   "whatever it spent.")] = 10.0,
         dataset: Annotated[str | None, typer.Option(help="With --credentials: where the device's own ratings come "
                                                     "from (as 'secemb client --dataset'); -k leaves them out.")] = None,
         data_dir: Annotated[Path | None, typer.Option(envvar="SECEMB_DATA_DIR", help="With --dataset: its "
@@ -139,7 +143,7 @@ def register(app: typer.Typer) -> None:
                 own = (dataset, data_dir, seed, test_fraction)
                 ids = None if recommender is None else _item_ids(recommender)
                 doc = _remote(credentials, state_file, _device_index(user, index), given, parse_items(None, ids),
-                              ledger, own, recommender, denoiser)
+                              ledger, own, recommender, denoiser, max_epsilon)
             else:
                 assert model_dir is not None
                 if recommender is not None:
@@ -148,7 +152,7 @@ def register(app: typer.Typer) -> None:
                 if dataset is not None:
                     raise InvalidParameters("--dataset works with --credentials only (a saved model knows its "
                                             "users' ratings)")
-                doc = _local(model_dir, (user, index), denoiser, given, parse_items, ledger)
+                doc = _local(model_dir, (user, index), denoiser, given, parse_items, ledger, max_epsilon)
                 ids = doc.pop("_ids")
         except (InvalidParameters, InvalidMessage, DataFormatError, DatasetNotFoundError) as exc:
             fail(exc)
@@ -225,9 +229,10 @@ def _mech_doc(mech: Any) -> dict[str, Any]:
 
 
 def _local(model_dir: Path, who: tuple[str | None, int | None], denoiser: Path | None,
-           given: dict[str, float | None], parse_items: Any, ledger: Any) -> dict[str, Any]:
+           given: dict[str, float | None], parse_items: Any, ledger: Any, max_epsilon: float) -> dict[str, Any]:
     """The in-process exchange on a saved model (the fields of the output, with the private
-    ``_scores``, ``_wanted`` and ``_ids``, the model's id map); ``who``: ``(--user, --index)``."""
+    ``_scores``, ``_wanted`` and ``_ids``, the model's id map); ``who``: ``(--user, --index)``;
+    ``max_epsilon``: the ledger's budget (:meth:`~secemb.inference.releases.ReleaseLedger.release`)."""
     import numpy as np
 
     from secemb.cli._items import pick_user
@@ -236,6 +241,7 @@ def _local(model_dir: Path, who: tuple[str | None, int | None], denoiser: Path |
     from secemb.inference.saved import load_denoiser
     from secemb.inference.service import InferenceDevice, InferenceServer
     from secemb.inference.service import infer as run_inference
+    from secemb.inference.releases import model_identity
     from secemb.inference.trained import TrainedModel
     from secemb.transport.inprocess import DOWNLOAD, UPLOAD, InProcessTransport
 
@@ -258,7 +264,8 @@ def _local(model_dir: Path, who: tuple[str | None, int | None], denoiser: Path |
         wanted = np.setdiff1d(np.arange(trained.num_items, dtype=np.int64), trained.rated(user))
     release, reused = None, False
     if ledger is not None:
-        h_tilde, z, reused = ledger.release(ctx.h[user], mech)
+        h_tilde, z, reused = ledger.release(ctx.h[user], mech, max_epsilon=max_epsilon,
+                                            model=model_identity(trained.model.name, trained.model.hparams()))
         if not reused:
             ledger.save()
         release = (h_tilde, z)
@@ -307,7 +314,7 @@ def _own_features(user: int, dataset: str, data_dir: Path | None, seed: int, l_x
 
 def _remote(credentials: Path, state_file: Path, user: int | None, given: dict[str, float | None], wanted: Any,
             ledger: Any, own: tuple[str | None, Path | None, int, float], recommender: Path | None,
-            denoiser: Path | None) -> dict[str, Any]:
+            denoiser: Path | None, max_epsilon: float) -> dict[str, Any]:
     """The exchange with the deployment's server 0 (the fields of the output, with the private
     ``_scores`` and ``_wanted``); a refusal, no answer or a malformed one exits 1.  ``own``: ``(dataset,
     data_dir, seed, test_fraction)`` of the device's own ratings and features (dataset
@@ -357,7 +364,7 @@ def _remote(credentials: Path, state_file: Path, user: int | None, given: dict[s
     link = HttpServerLink(0, creds.user, creds.urls[0], creds.keys[0], tls=tls)
     try:
         ans = infer_remote(link, params, mech, wanted, exclude=rated, ledger=ledger, recommender=rec, user_x=user_x,
-                           denoiser=den)
+                           denoiser=den, max_epsilon=max_epsilon)
     except (RemoteError, Unreachable, InvalidMessage) as exc:  # InvalidMessage: a malformed answer
         fail(f"server 0 ({creds.urls[0]}): {exc}", 1)
     finally:

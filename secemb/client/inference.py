@@ -25,12 +25,12 @@ import numpy as np
 from secemb.errors import InvalidMessage, InvalidParameters
 from secemb.inference.denoiser import Denoiser
 from secemb.inference.mechanism import GaussianLDP
-from secemb.inference.releases import ReleaseLedger
+from secemb.inference.releases import DEFAULT_MAX_EPSILON, ReleaseLedger, model_identity
 from secemb.inference.representation import has_representation, representation_for
-from secemb.inference.service import InferenceDevice
+from secemb.inference.service import InferenceDevice, reply_bytes
 from secemb.models import RecModel, announced_model
 from secemb.randomness import RandomBytes
-from secemb.transport.limits import MAX_ITEMS
+from secemb.transport.limits import ANSWER_FLOOR_BYTES, MAX_ITEMS
 
 __all__ = ["InferenceLink", "RemoteAnswer", "infer_remote"]
 
@@ -72,7 +72,8 @@ def _info_fields(info: Any) -> tuple[str, dict[str, Any], int, int, int, np.ndar
     ------
     InvalidMessage: a malformed description (a field missing or of another type; a candidate
     set that is not a non-empty list of ascending, distinct item ids, or whose size is not the
-    integer ``num_candidates``; more than :data:`MAX_ITEMS` items).
+    integer ``num_candidates``; more than :data:`MAX_ITEMS` items; more candidates than a reply the
+    device reads can score, :data:`~secemb.transport.limits.ANSWER_FLOOR_BYTES`: finding S43-G5).
     """
     try:
         name, hparams = str(info["model"]["name"]), dict(info["model"]["hparams"])
@@ -82,6 +83,10 @@ def _info_fields(info: Any) -> tuple[str, dict[str, Any], int, int, int, np.ndar
         if n > MAX_ITEMS:
             raise ValueError(f"num_items {n} is beyond the {MAX_ITEMS} items a device accepts")
         listed = info.get("candidates")
+        scored = n if listed is None else len(listed) if isinstance(listed, list) else 0
+        if reply_bytes(scored) > ANSWER_FLOOR_BYTES:  # before any array of that size and any release (S43-G5)
+            raise ValueError(f"{scored} candidates: their reply ({reply_bytes(scored)} bytes) is beyond the "
+                             f"{ANSWER_FLOOR_BYTES} bytes a device reads")
         if listed is None:
             candidates = np.arange(n, dtype=np.int64)
         else:
@@ -101,7 +106,7 @@ def infer_remote(link: InferenceLink, params: np.ndarray, mechanism: GaussianLDP
                  exclude: np.ndarray | None = None, ledger: ReleaseLedger | None = None,
                  recommender: tuple[RecModel, np.ndarray, str] | None = None, user_x: np.ndarray | None = None,
                  denoiser: tuple[Denoiser, np.ndarray, np.ndarray] | None = None,
-                 _rng: RandomBytes | None = None) -> RemoteAnswer:
+                 max_epsilon: float | None = DEFAULT_MAX_EPSILON, _rng: RandomBytes | None = None) -> RemoteAnswer:
     """One inference of the device with private ``params`` (float64 ``(P,)``) over ``link``.
 
     Parameters
@@ -111,7 +116,12 @@ def infer_remote(link: InferenceLink, params: np.ndarray, mechanism: GaussianLDP
     exclude: int64 item ids the device already rated: with ``items=None`` they are left out of
         the answer, on the device after the scoring (the request does not depend on them).
     ledger: the device's releases (a new in-memory one by default: one fresh release).  A new
-        release is saved to the ledger's file before the request leaves.
+        release is saved to the ledger's file before the request leaves.  The ledger is bound to
+        the announced model (name and hyper-parameters): another one is refused before any
+        release (finding S43-G1).
+    max_epsilon: the device's privacy budget (:meth:`ReleaseLedger.release
+        <secemb.inference.releases.ReleaseLedger.release>`; ``None``: none): a new release beyond
+        it is refused before it is drawn (finding S43-G2).
     recommender: ``(model, dense, model_sha256)``, the public recommender
         (:func:`~secemb.inference.saved.load_public_recommender`), which must be the model the
         deployment serves (its SHA-256); needed for a model with user features (FM/DeepFM with
@@ -128,11 +138,13 @@ def infer_remote(link: InferenceLink, params: np.ndarray, mechanism: GaussianLDP
     ------
     InvalidParameters
         ``params``, ``user_x`` or ``items`` do not fit the deployment's model (an item outside
-        the catalogue or the candidate set: refused before any release is drawn); a model with
+        the catalogue or the candidate set: refused before any release is drawn); a new release
+        beyond ``max_epsilon``; a model with
         user features without ``recommender`` and ``user_x``; a recommender or denoiser that is
         not the served model's, or a denoiser of another mechanism.
     InvalidMessage
-        A malformed description or reply from the server.
+        A malformed description or reply from the server; an announced model other than the one
+        of the ledger's releases.
     RemoteError, Unreachable
         The server refused or did not answer.
     """
@@ -178,7 +190,8 @@ def infer_remote(link: InferenceLink, params: np.ndarray, mechanism: GaussianLDP
                                     f"({candidates.size} items)")
     h, offset = rep.clean(params[None], x)
     ledger = ledger if ledger is not None else ReleaseLedger()
-    h_tilde, z, reused = ledger.release(h[0], mechanism, _rng=_rng)
+    h_tilde, z, reused = ledger.release(h[0], mechanism, model=model_identity(name, hparams), max_epsilon=max_epsilon,
+                                        _rng=_rng)
     if not reused and ledger.path is not None:
         ledger.save()  # a release is recorded before it can leave the device
     device = InferenceDevice(h[0], float(offset[0]), mechanism, num_items=n, candidates=candidates,
