@@ -293,7 +293,7 @@ class LeaderNode(LeaderClose):
         is left to the next check or its deadline.  Such a device is not struck: it is a dropout,
         like an honest device that died between its two uploads.  A server 1 that names users whose
         uploads it does not hold, to close the round before the honest devices' uploads are in, is
-        caught at the close (:meth:`~secemb.server.close.Closing._misreported`)."""
+        caught at the close (:meth:`~secemb.server.close.LeaderClose._misreported`)."""
         held = 0
         try:
             named = counted.intersection(self.peer.uploaded(rnd.round_id))
