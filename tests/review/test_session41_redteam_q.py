@@ -321,6 +321,9 @@ def test_a_stream_of_calls_holds_anothers_call_back_by_at_most_the_wait() -> Non
 
     def fn(items: list[tuple[str, int]]) -> list[tuple[str, int, str]]:
         batches.append(list(items))
+        # a batch call takes a moment, as a server's does: calls made meanwhile queue behind it (an instant
+        # call let every caller of a loaded machine go alone, and the stream never came together: CI, session 43)
+        time.sleep(0.003)
         return [(who, k, "done") for who, k in items]
 
     before = _workers()
