@@ -54,7 +54,7 @@ def test_infer_asks_the_deployment_and_keeps_one_release_per_representation(tmp_
         _state(state, params + 0.05)  # the device trained: a new representation version
         moved = json.loads(runner.invoke(app, [*base, "--items", "0"]).output)
         assert not moved["release_reused"] and moved["releases"] == 2
-        assert moved["spent_delta"] == 2e-4 and 1.0 < moved["spent_epsilon"] < 2.0
+        assert moved["spent_delta"] == 1e-4 and 1.0 < moved["spent_epsilon"] < 2.0  # at the largest release delta (S43-G6)
 
         for args in (["infer", "--credentials", str(creds)],  # no state file
                      [*base, "--denoiser", str(tmp_path / "den.npz")],  # in-process only
