@@ -27,8 +27,8 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 
 
-#: the suite's longest files (seconds summed over their tests in an idle whole-suite run, session 43,
-#: ``/work/notes/s43/junit-base.xml``), run first: ``--dist loadfile`` hands out files in collection order
+#: the suite's longest files (seconds summed over their tests in the junit report of an idle run of the README's
+#: test command with ``--junitxml``, session 43), run first: ``--dist loadfile`` hands out files in collection order
 #: once :func:`pytest_configure` turns off xdist's own reordering (by number of tests, its default since
 #: xdist 3: before session 43 this list had no effect there), and a long file handed out last leaves the
 #: other workers idle at the end (a scheduling hint only: tests/test_conftest_order.py checks they exist)

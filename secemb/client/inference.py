@@ -83,7 +83,7 @@ def _info_fields(info: Any) -> tuple[str, dict[str, Any], int, int, int, np.ndar
         if n > MAX_ITEMS:
             raise ValueError(f"num_items {n} is beyond the {MAX_ITEMS} items a device accepts")
         listed = info.get("candidates")
-        scored = n if listed is None else len(listed) if isinstance(listed, list) else 0
+        scored = len(listed) if isinstance(listed, list) else n  # another type is refused below
         if reply_bytes(scored) > ANSWER_FLOOR_BYTES:  # before any array of that size and any release (S43-G5)
             raise ValueError(f"{scored} candidates: their reply ({reply_bytes(scored)} bytes) is beyond the "
                              f"{ANSWER_FLOOR_BYTES} bytes a device reads")

@@ -88,6 +88,7 @@ from test_s42_quorum_agreed import (  # type: ignore[import-not-found]  # noqa: 
     _USERS,
     _cluster,
     _Cluster,
+    _deviate,
     _take_part,
     make,  # noqa: F401 - the fixture, used by name
 )
@@ -95,20 +96,6 @@ from test_s42_quorum_agreed import (  # type: ignore[import-not-found]  # noqa: 
 from secemb.client.device import RoundSession  # noqa: E402
 from secemb.errors import SecembError  # noqa: E402
 from secemb.sim.local import LocalPeer  # noqa: E402
-
-
-def _deviate(monkeypatch: pytest.MonkeyPatch, c: _Cluster, name: str,
-             fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Server 1 of cluster ``c`` answers server 0's ``name`` call (a :class:`LocalPeer` method) with
-    ``fn(true_method, peer, *args)``; other clusters' peers keep the true answer.  The true method."""
-    true = getattr(LocalPeer, name)
-    peer = c.leader.peer
-
-    def call(link: LocalPeer, *args: Any) -> Any:
-        return fn(true, link, *args) if link is peer else true(link, *args)
-
-    monkeypatch.setattr(LocalPeer, name, call)
-    return true
 
 
 def _session(c: _Cluster, u: int, only: int | None) -> RoundSession:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -132,6 +132,20 @@ def _cluster(made: list[_Cluster], **kw: Any) -> _Cluster:
     c = _Cluster(**kw)
     made.append(c)
     return c
+
+
+def _deviate(monkeypatch: pytest.MonkeyPatch, c: _Cluster, name: str,
+             fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Server 1 of cluster ``c`` answers server 0's ``name`` call (a :class:`LocalPeer` method) with
+    ``fn(true_method, peer, *args)``; other clusters' peers keep the true answer.  The true method."""
+    true = getattr(LocalPeer, name)
+    peer = c.leader.peer
+
+    def call(link: LocalPeer, *args: Any) -> Any:
+        return fn(true, link, *args) if link is peer else true(link, *args)
+
+    monkeypatch.setattr(LocalPeer, name, call)
+    return true
 
 
 def _record_checks(monkeypatch: pytest.MonkeyPatch) -> list[int]:

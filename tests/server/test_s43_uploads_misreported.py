@@ -26,21 +26,9 @@ from pathlib import Path
 import pytest
 
 sys.path[:0] = [str(Path(__file__).resolve().parent)]
-from test_s42_quorum_agreed import _USERS, _cluster, _Cluster, make  # type: ignore[import-not-found]  # noqa: E402, F401
+from test_s42_quorum_agreed import _USERS, _cluster, _Cluster, _deviate, make  # type: ignore[import-not-found]  # noqa: E402, F401
 
 from secemb.server.errors import Conflict  # noqa: E402
-from secemb.sim.local import LocalPeer  # noqa: E402
-
-
-def _lying(monkeypatch: pytest.MonkeyPatch, c: _Cluster, extra: list[int]) -> None:
-    """Server 1 of cluster ``c`` answers server 0's quorum checks with its true uploads plus ``extra``."""
-    true = LocalPeer.uploaded
-    peer = c.leader.peer
-
-    def uploaded(link: LocalPeer, r: int) -> list[int]:
-        return list(true(link, r)) + (extra if link is peer else [])
-
-    monkeypatch.setattr(LocalPeer, "uploaded", uploaded)
 
 
 def _ended(c: _Cluster, timeout: float = 30.0) -> dict:
@@ -60,7 +48,7 @@ def test_server_1_naming_devices_at_server_0_only_is_caught_at_the_close(make: l
     the alarm.  The devices are not struck (they were a deviating server's accomplices or its victims)."""
     c = _cluster(make, relay=False, bound=bound, quorum=4)
     cheats = _USERS[2:4]
-    _lying(monkeypatch, c, cheats)
+    _deviate(monkeypatch, c, "uploaded", lambda true, peer, r: list(true(peer, r)) + cheats)  # they are its own
     version = c.leader.version
     assert [c.send(u) for u in _USERS[:2]] + [c.send(u, only=0) for u in cheats] == [None] * 4
     out = _ended(c)
@@ -95,7 +83,7 @@ def test_naming_users_server_0_does_not_count_is_no_alarm(make: list[_Cluster], 
     """Server 1 also names the participants that sent nothing: server 0 counts none of them, the quorum
     rests on the four honest devices it holds, and the round commits quietly (the lie gains nothing)."""
     c = _cluster(make, relay=False, bound=False, quorum=4)
-    _lying(monkeypatch, c, _USERS[4:])
+    _deviate(monkeypatch, c, "uploaded", lambda true, peer, r: list(true(peer, r)) + _USERS[4:])
     assert [c.send(u) for u in _USERS[:4]] == [None] * 4
     out = c.outcome()
     assert (out["state"], out["reason"], out["included"]) == ("committed", "quorum reached", sorted(_USERS[:4])), out
@@ -113,17 +101,6 @@ def test_a_close_not_on_quorum_holds_server_1_to_nothing(make: list[_Cluster]) -
     assert c.quiet()
 
 
-def _omitting(monkeypatch: pytest.MonkeyPatch, c: _Cluster, left_out: list[int]) -> None:
-    """Server 1 of cluster ``c`` leaves ``left_out`` out of its answer to server 0's close."""
-    true = LocalPeer.close
-    peer = c.leader.peer
-
-    def close(link: LocalPeer, r: int) -> list[int]:
-        return [u for u in true(link, r) if link is not peer or u not in left_out]
-
-    monkeypatch.setattr(LocalPeer, "close", close)
-
-
 @pytest.mark.parametrize("bound", [False, True], ids=["unbounded", "bounded"])
 def test_with_relay_server_1_omitting_a_forward_it_took_is_caught_at_any_close(make: list[_Cluster],  # noqa: F811
                                                                                monkeypatch: pytest.MonkeyPatch,
@@ -134,7 +111,7 @@ def test_with_relay_server_1_omitting_a_forward_it_took_is_caught_at_any_close(m
     naming that device, the round aborted, nothing committed, no strike."""
     c = _cluster(make, relay=True, bound=bound, quorum=8)
     victim = _USERS[2]
-    _omitting(monkeypatch, c, [victim])
+    _deviate(monkeypatch, c, "close", lambda true, peer, r: [u for u in true(peer, r) if u != victim])
     version = c.leader.version
     assert [c.send(u) for u in _USERS[:5]] == [None] * 5
     c.leader.close_round(c.r)
@@ -161,7 +138,7 @@ def test_without_relay_the_same_omission_is_a_dropout(make: list[_Cluster],  # n
     not protected": "The aggregate itself")."""
     c = _cluster(make, relay=False, bound=False, quorum=8)
     victim = _USERS[2]
-    _omitting(monkeypatch, c, [victim])
+    _deviate(monkeypatch, c, "close", lambda true, peer, r: [u for u in true(peer, r) if u != victim])
     assert [c.send(u) for u in _USERS[:5]] == [None] * 5
     c.leader.close_round(c.r)
     out = c.outcome()
