@@ -714,13 +714,26 @@ class RoundSession:
         -- server 0 counts uploads towards the quorum, so a user it counts is already at
         server 1.
 
+        Where the device uploads to both servers, server 1 answers with its receipt, which is
+        appended to the upload to server 0 (:func:`~secemb.round.messages.split_receipt`: server 0
+        takes no upload without it, and holds server 1 to it at the close); a server 1 that answers
+        without a well-formed receipt fails the upload (``InvalidMessage``) and nothing is sent to
+        server 0.
+
         ``only``: send to that server alone (simulates a device that dies in between; the
-        servers then leave it out of the aggregate)."""
+        servers then leave it out of the aggregate).  ``only=0`` where the device uploads to both
+        servers sends server 0 its upload without a receipt, which server 0 refuses (a device cannot
+        reach server 0 alone)."""
         self._advance(3)
+        receipt = b""
         for party, msg in self._uploads.items():
             if only in (None, party):
-                self.client.links[party].upload(self.rc.round_id, msg)
-                self.upload_bytes += len(msg)
+                body = msg + receipt if party == 0 else msg
+                answer = self.client.links[party].upload(self.rc.round_id, body)
+                self.upload_bytes += len(body)
+                if party == 1:
+                    receipt = messages.check_receipt_form(answer, round_id=self.rc.round_id)
+                    self.download_bytes += len(receipt)
 
     @property
     def proves(self) -> bool:

@@ -39,6 +39,7 @@ __all__ = [
     "Hop",
     "PARTIES",
     "PROVE",
+    "RECEIPT",
     "RETRIEVAL",
     "RoundPlan",
     "SECEA_SETUP_STAGES",
@@ -85,6 +86,8 @@ PARTIES = (USER, SERVER0, SERVER1)
 MESSAGES = frozenset({
     "count_share", "retrieval_request", "retrieval_reply", "relay_keys", "relay_answer", "dense",
     "upload", "relay_upload", "aggregate_share", "model_sync",
+    # the engine's nodes: server 1's receipt of an upload a device sends it (secemb.round.messages)
+    "upload_receipt",
     # bounded payloads (secemb.protocols.secemb.bounds): server 0's challenge, the device's proof, the servers' check
     "challenge", "bound_proof", "bound_request", "bound_answer",
     # secure aggregation (secemb.secagg.messages) and the submodel download (secemb.protocols.sfsl.wire)
@@ -151,7 +154,10 @@ class Hop:
 @dataclass(frozen=True)
 class RoundPlan:
     """A protocol's round: its hops, in the order they happen for one user (then the servers'
-    closing hops).
+    closing hops).  In a two-server round whose devices upload to server 1, the engine's server 1
+    answers the upload with its receipt, which the device shows server 0 (:mod:`secemb.round.messages`):
+    the plan holds that hop, :data:`RECEIPT`, right after the device's upload to server 1 (added
+    here where the hops a protocol declares lack it).
 
     ``stages``: the protocol's stage list, in the order a round goes through them (every hop's
     stage is one of them); ``servers``: 2 (:data:`SERVER0` and :data:`SERVER1`) or 1 (only
@@ -170,6 +176,10 @@ class RoundPlan:
                 raise InvalidParameters(f"hop stage {h.stage!r} is not in the plan's stages {self.stages}")
             if self.servers == 1 and SERVER1 in (h.src, h.dst):
                 raise InvalidParameters(f"a one-server round has no {SERVER1}: {h}")
+        to_server1 = [i for i, h in enumerate(self.hops) if (h.stage, h.src, h.dst) == (UPLOAD, USER, SERVER1)]
+        if to_server1 and RECEIPT not in self.hops:
+            at = to_server1[-1] + 1
+            object.__setattr__(self, "hops", self.hops[:at] + (RECEIPT,) + self.hops[at:])
 
     def only(self, stages: Sequence[str]) -> RoundPlan:
         """The plan of a round that runs only ``stages``, a subsequence of :attr:`stages` (e.g.
@@ -209,6 +219,11 @@ class RoundPlan:
 #: 33), then the sync that commits the model both computed (server 1 checks its digest)
 CLOSING = (Hop(AGGREGATE, SERVER1, SERVER0, "aggregate_share"), Hop(AGGREGATE, SERVER0, SERVER1, "aggregate_share"),
            Hop(SYNC, SERVER0, SERVER1, "model_sync"))
+
+
+#: server 1's answer to a device's upload in a round without relay: its receipt, which the device
+#: appends to its upload to server 0 (:class:`RoundPlan` places it; :mod:`secemb.round.messages`)
+RECEIPT = Hop(UPLOAD, SERVER1, USER, "upload_receipt")
 
 
 #: bounded payloads' step (:mod:`secemb.protocols.secemb.bounds`): after its upload a device

@@ -60,6 +60,7 @@ KINDS = {
     "bound_proof": 11,
     "bound_request": 12,
     "bound_answer": 13,
+    "upload_receipt": 14,
 }
 
 

@@ -24,12 +24,24 @@ id 0, the count phase precedes the rounds)::
 
     value  ring word
 
+RECEIPT (kind ``upload_receipt``; server 1 -> a device, the answer to its upload when devices upload to both
+servers (no relay); party 1; the upload's round id), which the device appends, unchanged, to its upload to server 0
+(:func:`split_receipt`)::
+
+    user  u64
+    mac   bytes[32]  HMAC-SHA256(K, "secemb/upload-receipt/v1" || round_id u64 || user u64),
+                     K = HMAC-SHA256(peer_secret, "secemb/upload-receipt/v1 key")
+
+The key is derived from the servers' peer secret (:func:`receipt_key`), which devices never hold: a device cannot
+make a receipt, and one receipt names one user of one round of one deployment.
+
 Parsers take the values the receiver expects, check the exact length and every field, and
 raise :class:`~secemb.errors.InvalidMessage` on any mismatch.  No pickle anywhere.
 """
 
 from __future__ import annotations
 
+import hmac
 import struct
 
 import numpy as np
@@ -39,14 +51,20 @@ from secemb.framing import ROUND_ID_OFFSET
 from secemb.protocols.wire import HEADER_BYTES, frame, open_message
 
 __all__ = [
+    "RECEIPT_BYTES",
+    "check_receipt",
+    "check_receipt_form",
     "decode_count",
     "decode_dense",
     "decode_model",
     "encode_count",
     "encode_dense",
     "encode_model",
+    "encode_receipt",
     "model_bytes",
     "model_version",
+    "receipt_key",
+    "split_receipt",
 ]
 
 _SHAPE = struct.Struct("<II")
@@ -168,3 +186,81 @@ def decode_count(data: bytes, *, ring_bits: int, party: int) -> np.ndarray:
     dt = _ring_dtype(ring_bits)
     body = open_message(data, None, "count_share", _party(party), 0, dt.itemsize)
     return np.frombuffer(body, dtype=dt).astype(dt.newbyteorder("="))
+
+
+# ---------------------------------------------------------------------- RECEIPT
+
+#: the label of the receipts' MACs, and of their key's derivation from the peer secret
+_RECEIPT_LABEL = b"secemb/upload-receipt/v1"
+_RECEIPT_BODY = struct.Struct("<Q32s")
+#: bytes of a RECEIPT message: the header, the user, the MAC
+RECEIPT_BYTES = HEADER_BYTES + _RECEIPT_BODY.size
+
+
+def receipt_key(peer_secret: bytes) -> bytes:
+    """The receipts' 32-byte MAC key, derived from the servers' peer secret (both servers hold it,
+    no device does)."""
+    return hmac.digest(peer_secret, _RECEIPT_LABEL + b" key", "sha256")
+
+
+def _receipt_mac(key: bytes, round_id: int, user: int) -> bytes:
+    return hmac.digest(key, _RECEIPT_LABEL + struct.pack("<QQ", round_id, user), "sha256")
+
+
+def encode_receipt(key: bytes, round_id: int, user: int) -> bytes:
+    """Server 1: the RECEIPT of ``user``'s upload, absorbed in round ``round_id``, under ``key``
+    (:func:`receipt_key`)."""
+    return frame(None, "upload_receipt", 1, round_id, _RECEIPT_BODY.pack(user, _receipt_mac(key, round_id, user)))
+
+
+def split_receipt(body: bytes) -> tuple[bytes, bytes]:
+    """Server 0: a device's upload as it arrives when devices upload to both servers -- the
+    protocol's upload message followed by server 1's RECEIPT -- as ``(message, receipt)``.
+
+    Raises
+    ------
+    InvalidMessage: the body is too short to end in a receipt.
+    """
+    if len(body) <= RECEIPT_BYTES:
+        raise InvalidMessage(f"upload: {len(body)} bytes cannot hold an upload and server 1's receipt "
+                             f"({RECEIPT_BYTES} bytes)")
+    return body[:-RECEIPT_BYTES], body[-RECEIPT_BYTES:]
+
+
+def check_receipt(key: bytes, data: bytes, *, round_id: int, user: int) -> None:
+    """Server 0: refuse a RECEIPT that is not server 1's for ``user``'s upload in round
+    ``round_id`` under ``key`` (the MAC compared in constant time).
+
+    Raises
+    ------
+    InvalidMessage: malformed, another round, user or key.
+    """
+    try:
+        body = open_message(data, None, "upload_receipt", 1, round_id, _RECEIPT_BODY.size)
+    except InvalidMessage as exc:
+        raise InvalidMessage(f"upload: it does not end in server 1's receipt of round {round_id} ({exc})") from None
+    named, mac = _RECEIPT_BODY.unpack(body)
+    good = hmac.compare_digest(mac, _receipt_mac(key, round_id, user))
+    if named != user or not good:
+        raise InvalidMessage(f"upload: server 1's receipt is not for user {user} in round {round_id} of this "
+                             "deployment")
+
+
+def check_receipt_form(data: object, *, round_id: int) -> bytes:
+    """A device: server 1's answer to its upload if it is a well-formed RECEIPT of round
+    ``round_id`` (its MAC the device cannot check; server 0 does).
+
+    Raises
+    ------
+    InvalidMessage: server 1 sent no receipt, or a malformed one.
+    """
+    if not isinstance(data, bytes | bytearray) or len(data) != RECEIPT_BYTES:
+        size = len(data) if isinstance(data, bytes | bytearray) else 0
+        raise InvalidMessage(f"server 1 answered the upload with {size} bytes, not its {RECEIPT_BYTES}-byte receipt "
+                             "(the upload is not sent to server 0)")
+    try:
+        open_message(bytes(data), None, "upload_receipt", 1, round_id, _RECEIPT_BODY.size)
+    except InvalidMessage as exc:
+        raise InvalidMessage(f"server 1 answered the upload with a malformed receipt ({exc}; the upload is not sent "
+                             "to server 0)") from None
+    return bytes(data)

@@ -205,12 +205,20 @@ def create_app(node: Node) -> FastAPI:
         await authed(request, (USER, ADMIN), 0)
         return binary(await call(leader("the dense vector").dense_message, round_id))
 
-    @app.post("/v1/rounds/{round_id}/upload", tags=["device"], status_code=204, summary="Upload (aggregation message)",
-              responses=_ERRORS, openapi_extra=_binary("upload protocol message") | {"security": _SECURITY})
+    @app.post("/v1/rounds/{round_id}/upload", tags=["device"],
+              summary="Upload (aggregation message); without relay, server 1 answers with its receipt, which the "
+                      "device appends to its upload to server 0",
+              responses=_ERRORS | {200: _BIN_RESPONSE | {"description": "server 1 without relay: the upload_receipt "
+                                                                         "message"},
+                                   204: {"description": "accepted (server 0; server 1 with relay)"}},
+              openapi_extra=_binary("upload protocol message (server 0 without relay: followed by server 1's "
+                                    "upload_receipt)") | {"security": _SECURITY})
     async def post_upload(round_id: RoundId, request: Request) -> Response:
-        p, body = await authed(request, (USER,), _limit_message(node, "upload"))
-        await call(node.upload, round_id, p.user_id, body)
-        return Response(status_code=204)
+        limit = _limit_message(node, "upload")
+        if node.party == 0 and node.receipts is not None and node.round is not None:
+            limit = min(node.cfg.max_body_bytes, limit + messages.RECEIPT_BYTES)
+        p, body = await authed(request, (USER,), limit)
+        return binary(await call(node.upload, round_id, p.user_id, body))
 
     @app.get("/v1/rounds/{round_id}/challenge", tags=["device"],
              summary="Server 0, bounded payloads: the 16-byte projection challenge of the device's upload",

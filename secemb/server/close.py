@@ -145,15 +145,15 @@ class LeaderClose(LeaderRelay):
 
     def _misreported(self, rnd: Round, theirs: list[int]) -> bool:
         """Whether server 1's absorbed users at the close (``theirs``) omit one it acknowledged:
-        with relay, one whose forwarded upload it took (:attr:`~secemb.server.rounds.Round.acknowledged`),
-        or one this server counts that it named in the quorum check that closed ``rnd``
+        with relay, one whose forwarded upload it took, without relay, one whose upload this server took
+        with server 1's receipt of it (:attr:`~secemb.server.rounds.Round.acknowledged`), or one this
+        server counts that it named in the quorum check that closed ``rnd``
         (:attr:`~secemb.server.rounds.Round.quorum_named`).  If so, a halting ``uploads_misreported``
         alarm naming them and the round aborted, nothing committed.  An honest server 1 never
         un-absorbs an upload within a round (a restart ends its round there, and its close then
         fails), so the omission is its deviation: leaving an honest device out of the round unseen
         (finding S43-R2), or having closed the round early on users it did not hold (its quorum
-        answer).  Without relay and outside a quorum close server 0 holds no acknowledgement, and
-        such an omission looks like a device that died between its two uploads."""
+        answer)."""
         with self.lock:
             named = rnd.quorum_named or frozenset()
             acknowledged = set(rnd.acknowledged)
@@ -161,7 +161,8 @@ class LeaderClose(LeaderRelay):
         forwarded, claimed = sorted(acknowledged - listed), sorted(named - listed - acknowledged)
         if not forwarded and not claimed:
             return False
-        what = [f"took the forwarded upload(s) of user(s) {forwarded[:50]}"] if forwarded else []
+        took = "took the forwarded upload(s)" if self.receipts is None else "receipted the upload(s)"
+        what = [f"{took} of user(s) {forwarded[:50]}"] if forwarded else []
         if claimed:
             what.append(f"named user(s) {claimed[:50]} as uploaded in the quorum check that closed the round")
         self.raise_alarm("uploads_misreported", rnd.round_id,

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Callable
+from typing import cast
 
 from secemb.errors import SecembError
+from secemb.round import messages
 from secemb.server import faults
 from secemb.server.admission import admit, check_participant
 from secemb.server.persist import StorageError
@@ -92,10 +94,20 @@ class Retrieval(NodeState):
             faults.hit("retrieval", n)
         return results
 
-    def upload(self, r: int, user: int, body: bytes) -> None:
+    def upload(self, r: int, user: int, body: bytes) -> bytes | None:
         """A device's upload: absorbed at once (and, with relay, forwarded to server 1), batched
-        with concurrent uploads (:meth:`upload_many`); its refusal raised."""
+        with concurrent uploads (:meth:`upload_many`); its refusal raised, else its answer
+        (:meth:`upload_answer`)."""
         self._upload_batch((r, user, body))
+        return self.upload_answer(r, user)
+
+    def upload_answer(self, r: int, user: int) -> bytes | None:
+        """What ``user``'s accepted upload of round ``r`` is answered with: where devices upload
+        to both servers (no relay), server 1's RECEIPT (:func:`~secemb.round.messages.encode_receipt`),
+        which the device appends to its upload to server 0; else nothing."""
+        if self.party == 1 and self.receipts is not None:
+            return messages.encode_receipt(self.receipts, r, user)
+        return None
 
     def upload_many(self, r: int, items: list[tuple[int, bytes]]) -> list[SecembError | None]:
         """Many devices' uploads ``(user, body)`` of round ``r`` that arrived together, absorbed
@@ -103,7 +115,10 @@ class Retrieval(NodeState):
         and, with relay, forwarded to server 1 as one batch after it; per item ``None`` (it
         counts as uploaded) or the error that refused it -- a refused item changes no state
         (a user that is not a participant, a malformed or duplicated upload; a round that is
-        not open refuses them all).  A forward that server 1 refused leaves its item's upload
+        not open refuses them all).  Where devices upload to both servers (no relay), server 0
+        takes an upload only with server 1's receipt of it appended (:func:`~secemb.round.messages.check_receipt`;
+        else ``InvalidMessage``, nothing kept) and records the user as acknowledged by server 1
+        (:attr:`~secemb.server.rounds.Round.acknowledged`).  A forward that server 1 refused leaves its item's upload
         absorbed here but not at server 1 (the close leaves the user out), as for one upload,
         and not counted for the round's quorum; nor is any forward of a batch whose forwarding
         raised (its outcome is unknown).  A forward server 1 took is recorded
@@ -121,9 +136,15 @@ class Retrieval(NodeState):
             except SecembError as exc:
                 return [exc] * len(items)
             todo: list[int] = []
-            for i, (user, _) in enumerate(items):
+            receipted = self.party == 0 and self.receipts is not None
+            items = list(items)  # with receipts, each body without its receipt (the caller's list unchanged)
+            for i, (user, body) in enumerate(items):
                 try:
                     check_participant(rnd, user)
+                    if receipted:
+                        message, receipt = messages.split_receipt(body)
+                        messages.check_receipt(cast("bytes", self.receipts), receipt, round_id=r, user=user)
+                        items[i] = (user, message)
                     todo.append(i)
                 except SecembError as exc:
                     results[i] = exc
@@ -153,6 +174,8 @@ class Retrieval(NodeState):
                                     if results[i] is None and (out is None or forwarded))
                 if forwarded:  # server 1 took these: its close must name them (close.py, _misreported)
                     rnd.acknowledged.update(items[i][0] for i, _ in fwd if results[i] is None)
+                if receipted:  # server 1 receipted these: likewise
+                    rnd.acknowledged.update(items[i][0] for i, _ in taken if results[i] is None)
                 self._wake.notify_all()
         for count in range(before + 1, n + 1):
             faults.hit("upload", count)

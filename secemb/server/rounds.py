@@ -52,8 +52,9 @@ class Round:
     quorum_asked: tuple[int, float] | None = None
     quorum_asking: bool = False
     #: server 0: the users it counted that server 1 named as absorbed in the quorum check that closed the
-    #: round (``None``: none did), and (relay) the users whose forwarded upload server 1 took; an honest
-    #: server 1 never un-absorbs an upload within a round, so its close names each of both
+    #: round (``None``: none did), and the users whose upload server 1 acknowledged -- with relay, took
+    #: the forward; without, receipted (the device showed its receipt); an honest server 1 never
+    #: un-absorbs an upload within a round, so its close names each of both
     quorum_named: frozenset[int] | None = None
     acknowledged: set[int] = field(default_factory=set)
     dense_msg: bytes = b""

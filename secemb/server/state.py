@@ -37,7 +37,7 @@ from secemb.errors import InvalidParameters, ProtocolError, SecembError, check_i
 from secemb.models.base import RecModel
 from secemb.privacy.noise import RingNoise
 from secemb.protocols.base import Protocol, RelayRole, ServerRole
-from secemb.protocols.stages import PROVE
+from secemb.protocols.stages import PROVE, UPLOAD
 from secemb.randomness import RandomBytes
 from secemb.round import messages
 from secemb.round.optimizer import ServerAdam
@@ -147,6 +147,11 @@ class NodeState:
                 raise InvalidParameters(f"protocol {cfg.protocol!r} declares a proving step, but its server role "
                                         f"{type(self.role).__name__} has no bounded-payload steps")
             self.prover = self.role
+        #: where devices upload to both servers (no relay): the key of server 1's upload receipts, which
+        #: server 1 answers each accepted upload with and server 0 checks on each upload it takes
+        #: (:func:`~secemb.round.messages.check_receipt`); ``None`` with relay (one upload, to server 0)
+        self.receipts: bytes | None = (messages.receipt_key(cfg.peer_secret)
+                                       if 1 in self.protocol.plan().device_sends(UPLOAD) else None)
         self.model = model if model is not None else cfg.make_model()
         self.fp = cfg.fixed_point()
         #: central DP: this server's noise on its own aggregate share (docs/security.md)

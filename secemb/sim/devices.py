@@ -26,6 +26,7 @@ from secemb.privacy.noise import ClipSpec
 from secemb.protocols.adversary import ATTACK_BEHAVIOR, with_attack
 from secemb.protocols.base import Protocol, RoundConfig
 from secemb.protocols.placement import PaddedRequest
+from secemb.protocols.stages import UPLOAD
 from secemb.ring import FixedPoint
 from secemb.round.local import LocalStep
 from secemb.round.results import VerificationError
@@ -219,6 +220,8 @@ class RoundDevices:
         session = _session(dev)
         if dev.behavior is not None and dev.behavior.startswith("late:"):
             time.sleep(float(dev.behavior.split(":", 1)[1]))
+        if dev.behavior == "only0" and 1 in session.plan.device_sends(UPLOAD):
+            return  # its upload to server 1 was lost: without server 1's receipt a device sends server 0 none
         if dev.behavior in ("only0", "only1"):
             session.upload(only=int(dev.behavior[-1]))
         else:

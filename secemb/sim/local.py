@@ -258,8 +258,15 @@ class LocalServerLink:
             raise PeerRefused("the dense vector is served by server 0")
         return self._down(self.node.dense_message(round_id), DENSE)
 
-    def upload(self, round_id: int, body: bytes) -> None:
+    def upload(self, round_id: int, body: bytes) -> bytes | None:
+        """The device's upload; where the device uploads to both servers, server 1's answer, its
+        receipt, carried back (counted; :func:`~secemb.round.messages.split_receipt`).  An upload
+        held for a phase's batch gets the receipt server 1 answers once it takes it: the batches
+        reach server 1 first, and a device whose upload server 1 then refuses sends server 0 nothing
+        (:meth:`_BatchedPhase.send_uploads`), as a device that got no receipt."""
         self._send(round_id, self._up(body, UPLOAD), UPLOAD)
+        answer = self.node.upload_answer(round_id, self.user)
+        return None if answer is None else self._down(answer, UPLOAD)
 
     def challenge(self, round_id: int) -> bytes:
         return self._down(self.node.challenge(round_id, self.user), PROVE)
@@ -351,7 +358,8 @@ class _BatchedPhase:
         (:meth:`~secemb.server.retrieval.Retrieval.upload_many`,
         :meth:`~secemb.server.retrieval.Retrieval.proof_many`) once all have run: server 1's
         before server 0's, the order in which each device sends them (a device whose upload
-        server 1 refused sends none to server 0).  ``fail(x, exc)``
+        server 1 refused sends none to server 0: without relay, the receipt it held was never
+        server 1's to give).  ``fail(x, exc)``
         for an item whose ``send`` raised or whose message a server refused.  Bytes and their
         counting are those of sending each message on its own."""
         hold = self.servers.hold

@@ -19,7 +19,8 @@ from secemb.sim.settings import DEVICE_RANDOMNESS, DeviceRandomness
 __all__ = ["AfterRound", "BeforeRound", "Behavior", "Hooks", "RoundPolicy", "RunSpec"]
 
 #: per (round index, user): None (normal) or a fault to simulate on the device:
-#: "drop" (retrieves, never uploads), "only0"/"only1" (uploads to one server only),
+#: "drop" (retrieves, never uploads), "only0"/"only1" (uploads to one server only; where devices upload to
+#: both servers "only0" sends nothing: its upload to server 1 lost, it has no receipt to show server 0),
 #: "late:<seconds>" (waits that long between training and upload).
 Behavior = Callable[[int, int], str | None]
 

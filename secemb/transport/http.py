@@ -50,8 +50,8 @@ class HttpServerLink:
     def dense(self, round_id: int) -> bytes:
         return self.api.get_bytes(f"/v1/rounds/{round_id}/dense")
 
-    def upload(self, round_id: int, body: bytes) -> None:
-        self.api.post_bytes(f"/v1/rounds/{round_id}/upload", body)
+    def upload(self, round_id: int, body: bytes) -> bytes | None:
+        return self.api.post_bytes(f"/v1/rounds/{round_id}/upload", body)
 
     def challenge(self, round_id: int) -> bytes:
         """Bounded payloads: server 0's challenge of this device's upload (InvalidMessage unless

@@ -117,8 +117,10 @@ class ServerLink(DeviceLink, Protocol):
     def dense(self, round_id: int) -> bytes:
         """Server 0: the round's DENSE message."""
 
-    def upload(self, round_id: int, body: bytes) -> None:
-        """The device's upload for the round."""
+    def upload(self, round_id: int, body: bytes) -> bytes | None:
+        """The device's upload for the round; the server's answer: server 1's receipt where the
+        device uploads to both servers (``upload_receipt``, :mod:`secemb.round.messages`), else
+        ``None``."""
 
     def challenge(self, round_id: int) -> bytes:
         """Server 0, bounded payloads: the 16-byte challenge of this device's upload (``GET

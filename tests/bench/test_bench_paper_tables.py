@@ -10,6 +10,7 @@ from secemb.bench import comm, compute
 from secemb.data import synthetic_like
 from secemb.data.features import synthetic_features
 from secemb.errors import InvalidParameters
+from secemb.round.messages import RECEIPT_BYTES
 
 
 @pytest.fixture()
@@ -30,7 +31,7 @@ def test_comm_rows_measure_the_wire(tiny, tmp_path):
     by = {(r["model"], r["protocol"], r["layout"]): r for r in rows}
     mf = by[("mf", "secfedrec", "full")]
     # SecFedRec: requests (2 x 32-byte frames) + shares of (m w + P) ring words to each server
-    assert mf["upload_bytes"] == 2 * 32 + 2 * (32 + (60 * 65 + 1) * 4)
+    assert mf["upload_bytes"] == 2 * 32 + 2 * (32 + (60 * 65 + 1) * 4) + RECEIPT_BYTES  # server 1's receipt
     se = by[("mf", "secemb", "full")]
     assert se["upload_bytes"] < mf["upload_bytes"] and se["rr"] > 1
     assert by[("mf", "secemb", "cuckoo")]["relay"] is True
@@ -40,7 +41,7 @@ def test_comm_rows_measure_the_wire(tiny, tmp_path):
     union = len(np.unique(tiny.items))
     cells = 3 * -(-int(np.ceil(1.3 * union)) // 3)
     assert kv["capacity"] == union and kv["cells"] == cells
-    assert kv["upload_bytes"] == 2 * 32 + 2 * (32 + cells * 3 * 8 + (cells * 65 + 1) * 4)
+    assert kv["upload_bytes"] == 2 * 32 + 2 * (32 + cells * 3 * 8 + (cells * 65 + 1) * 4) + RECEIPT_BYTES
     assert by[("fm", "secemb", "full")]["dense_size"] == 6696
     assert (tmp_path / "comm.md").read_text().startswith("# Communication")
     assert (tmp_path / "comm.csv").is_file()

@@ -10,6 +10,7 @@ from secemb.protocols.lossy import TABLE10_RANKS
 from secemb.training import Experiment
 from secemb.training.builder import build_experiment
 from secemb.training.loop import train
+from secemb.round.messages import RECEIPT_BYTES
 
 
 @pytest.mark.parametrize(("model", "protocol"), [("sasrec", "quant8"), ("sasrec", "ternary"), ("sasrec", "svd"),
@@ -29,7 +30,8 @@ def test_lossy_baseline_trains_a_sequential_model(model, protocol):
     def size(kind: str) -> int:
         return sum(built.protocol.max_message_bytes(kind, rc, party=p, num_users=1) for p in (0, 1))
 
-    assert result.upload_bytes_per_user_round == size("retrieval_request") + size("upload")
+    # with server 1's receipt, which the device appends to its upload to server 0 (no relay)
+    assert result.upload_bytes_per_user_round == size("retrieval_request") + size("upload") + RECEIPT_BYTES
     assert result.download_bytes_per_user_round > 4 * built.train_data.num_items * width  # the whole table down
     assert set(result.epochs[0].test_metrics) == {"hr@10", "ndcg@10", "hr_sampled@10", "ndcg_sampled@10"}
     assert all(0.0 <= v <= 1.0 for v in result.epochs[0].test_metrics.values())

@@ -30,6 +30,7 @@ from secemb.randomness import CtrDrbg, expand_seed
 from secemb.ring import FixedPoint
 from secemb.round.local import local_update
 from secemb.training import Experiment, TrainConfig, run_experiment, train
+from secemb.round.messages import RECEIPT_BYTES
 
 
 @pytest.fixture(scope="module")
@@ -241,7 +242,8 @@ def test_dp_fedrec_uploads_are_full_size_and_noised(small):
     res = train(model, get_protocol("dp-fedrec", layout="full"), tr, te, cfg)
     coords = tr.num_items * model.sparse_width + model.dense_size
     # server 0: a 16-byte seed; server 1: the full-size share; requests: header only
-    assert res.upload_bytes_per_user_round == (32 + 16) + (32 + 8 * coords) + 2 * 32  # 32-byte headers
+    # 32-byte headers, and server 1's receipt, appended to the upload to server 0
+    assert res.upload_bytes_per_user_round == (32 + 16) + (32 + 8 * coords) + 2 * 32 + RECEIPT_BYTES
     assert res.privacy["sampling_rate"] == 1.0 and res.privacy["steps"] == 1
     rc = RoundConfig(round_id=1, num_items=tr.num_items, width=model.sparse_width, dense_size=model.dense_size,
                      m_prime=4, ring_bits=64, layout="full")

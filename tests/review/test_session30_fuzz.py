@@ -438,9 +438,10 @@ def _two_server_round(name: str) -> None:
         for u in PARTICIPANTS[1:]:
             s = _session(srv.client(u), info, tr, u)
             before = srv.snapshot()
-            for p in first._uploads:  # device 0's upload under u's name before u retrieved: 409
-                resp = srv.send(p, up_path, first._uploads[p], u)
-                assert resp.status_code == 409 and set(resp.json()) == {"error", "detail"}, resp.text
+            for p in first._uploads:  # device 0's upload under u's name before u retrieved: 409 (session 44: server 0,
+                resp = srv.send(p, up_path, first._uploads[p], u)  # without relay, 400 first: no receipt of server 1)
+                code = 400 if p == 0 and 1 in first._uploads else 409
+                assert resp.status_code == code and set(resp.json()) == {"error", "detail"}, resp.text
             assert srv.snapshot() == before
             for party in s._requests:
                 msg = s.request_for(party)
@@ -449,10 +450,13 @@ def _two_server_round(name: str) -> None:
             s.fetch_dense()
             s.reconstruct()
             s.train(lambda rows, d, batch, u=u: model.local_step(rows, d, store.state(u), batch))
+            receipt = b""  # without relay, server 1's answer to the upload: appended to the upload to server 0
             for party, msg in s._uploads.items():
                 if msg:
-                    _hostile(srv, up_path, party, msg, u, 0, rng, srv.snapshot())
-                    _duplicates(srv, party, up_path, msg, u)
+                    body = msg + receipt if party == 0 else msg
+                    _hostile(srv, up_path, party, body, u, 0, rng, srv.snapshot())
+                    got = _duplicates(srv, party, up_path, body, u)
+                    receipt = got if party == 1 else receipt
         out = admin0.post_json(f"/v1/admin/rounds/{r}/close")
         assert out["state"] == "committed" and out["included"] == PARTICIPANTS, out
         status = srv.snapshot()

@@ -87,6 +87,7 @@ from secemb.models import MatrixFactorization
 from secemb.protocols.secemb import SecEmbProtocol, SecEmbUser
 from secemb.protocols.secemb.sizes import NAME
 from secemb.protocols.wire import frame
+from secemb.round import messages
 from secemb.server.errors import PeerUnavailable
 from secemb.server.node import LeaderNode
 from secemb.server.rounds import Batcher, by_round
@@ -134,6 +135,12 @@ class _Round:
     def upload(self, u: int, send: bool = True) -> RoundSession:
         client = self.servers.servers().device(u)
         return _take_part(client, client.round_info(), *_RATINGS.of(u), send=send)
+
+    def receipted(self, u: int, body: bytes) -> bytes:
+        """``body``, a device's upload to server 0, as user ``u`` sends it: without relay followed by server 1's
+        receipt of ``u``'s upload (session 44), which a device shows server 0 with its upload."""
+        key = self.leader.receipts
+        return body if key is None else body + messages.encode_receipt(key, self.r, u)
 
     def proof(self, session: RoundSession, u: int | None = None) -> bytes:
         """The bound proof ``session``'s device makes for the challenge server 0 gives user ``u``
@@ -210,7 +217,7 @@ def test_a_reupload_after_the_challenge_changes_neither_the_challenge_nor_the_ro
     body = sa._uploads[0]  # noqa: SLF001 - the device's own upload to server 0, sent again
     for again in (body, sb._uploads[0]):  # noqa: SLF001 - and another device's
         with pytest.raises(ProtocolError, match="already uploaded"):
-            rnd.leader.upload(rnd.r, a, again)
+            rnd.leader.upload(rnd.r, a, rnd.receipted(a, again))
     assert rnd.leader.challenge(rnd.r, a) == challenge
     assert rnd.leader.challenge(rnd.r, b) != challenge  # each upload batch draws its own
     assert isinstance(sa.role, SecEmbUser)

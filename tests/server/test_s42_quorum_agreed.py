@@ -15,6 +15,11 @@ Such a device is left out like a dropout, with no strike and no alarm: it is ind
 an honest device that died between its two uploads.  With relay, server 0 counts an upload only
 once its forward reached server 1, so the gap never existed (checked here too).
 
+Session 44: without relay server 0 takes no upload without server 1's receipt of it (docs/security.md,
+"Server 1's receipts"), so a device can no longer reach server 0 alone: the devices "at server 0 only"
+below are refused (400, nothing kept, nothing counted) and the quorum check is a second line behind the
+receipts.  The tests keep their scenario and now also check the refusal.
+
 The in-process tests run the leader's closing thread on :class:`~secemb.sim.local.InProcessServers`
 (which starts none of its own); the network test runs two ``secemb serve`` processes on 127.0.0.1.
 """
@@ -32,7 +37,7 @@ import pytest
 from sdk_round import trained  # type: ignore[import-not-found]
 from secemb.client.device import DeviceClient, RoundInfo, RoundSession
 from secemb.data import by_user, synthetic_like
-from secemb.errors import SecembError
+from secemb.errors import InvalidMessage, SecembError
 from secemb.models import MatrixFactorization
 from secemb.protocols.secemb import SecEmbProtocol
 from secemb.server.follower import FollowerNode
@@ -120,6 +125,11 @@ class _Cluster:
         return all(node.alarms == [] for node in self.servers.nodes) and self.leader.rejections == {}
 
 
+def _refused_without_receipt(errors: list[BaseException | None]) -> bool:
+    """Whether each device's upload to server 0 alone was refused for want of server 1's receipt (session 44)."""
+    return all(isinstance(e, InvalidMessage) and "server 1's receipt" in str(e) for e in errors)
+
+
 @pytest.fixture
 def make() -> Iterator[list[_Cluster]]:
     made: list[_Cluster] = []
@@ -164,20 +174,18 @@ def _record_checks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 @pytest.mark.parametrize("bound", [False, True], ids=["unbounded", "bounded"])
 def test_devices_uploading_to_server_0_only_do_not_close_the_round(make: list[_Cluster], bound: bool,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two honest devices, then four at server 0 only (six counted at server 0, quorum 4): the round
-    stays open; the two honest devices after them are included, and the round closes on quorum with the
-    four honest ones.  (Before the fix it closed on the six at once, with the first two honest devices;
-    the last two were refused, 409.)"""
+    """Two honest devices, then four at server 0 only (quorum 4): the round stays open; the two honest
+    devices after them are included, and the round closes on quorum with the four honest ones.  (Before
+    S42-Q2's fix it closed on the six at once, with the first two honest devices; the last two were
+    refused, 409.  Since session 44 the four are refused at server 0 for want of server 1's receipt, so
+    server 0's count never reaches the quorum before the honest ones: server 1 is asked only then.)"""
     asked = _record_checks(monkeypatch)
     c = _cluster(make, relay=False, bound=bound, quorum=4)
     honest, cheats = _USERS[:4], _USERS[4:]
     assert [c.send(u) for u in honest[:2]] == [None, None]
-    assert [c.send(u, only=0) for u in cheats] == [None] * 4
-    before = len(asked)
+    assert _refused_without_receipt([c.send(u, only=0) for u in cheats])
     assert c.stays_open(), c.leader.round_status(c.r, None)
-    # server 1 was asked once server 0's count reached the quorum; with the count unchanged, again every
-    # 0.5 s (_RECHECK_S), not on every wake (one ask of before the hold may land in it)
-    assert len(asked) >= 1 and len(asked) - before <= _HOLD_S / 0.5 + 2, asked
+    assert asked == [], asked  # server 0 counts two: below the quorum, server 1 is not asked
     assert [c.send(u) for u in honest[2:]] == [None, None]
     out = c.outcome()
     assert (out["state"], out["included"], out["rejected"], out["reason"]) == (
@@ -190,10 +198,11 @@ def test_devices_at_server_0_only_no_longer_abort_the_round_below_min_users(make
                                                                            bound: bool) -> None:
     """Four devices at server 0 only (quorum 4), then two honest ones before the deadline: the round
     closes at the deadline and commits with the two.  (Before the fix it closed on the four at once and
-    aborted, 0 users at both servers, below min_users=2; the honest ones were refused.)"""
+    aborted, 0 users at both servers, below min_users=2; the honest ones were refused.  Since session 44
+    the four are refused at server 0: no receipt.)"""
     c = _cluster(make, relay=False, bound=bound, quorum=4, deadline_s=6.0)
     honest, cheats = _USERS[:2], _USERS[2:6]
-    assert [c.send(u, only=0) for u in cheats] == [None] * 4
+    assert _refused_without_receipt([c.send(u, only=0) for u in cheats])
     assert c.stays_open(1.0), c.leader.round_status(c.r, None)
     assert [c.send(u) for u in honest] == [None, None]
     out = c.outcome()
@@ -317,9 +326,10 @@ def test_a_malformed_uploaded_answer_is_server_1_failing(answer: bytes) -> None:
 
 
 def test_over_http_devices_at_server_0_only_do_not_close_the_round() -> None:
-    """Bounded payloads (a deployment's default), no relay: three devices upload to server 0 only and
-    prove there (quorum 3 of 6): the round stays open; three honest devices then close it on quorum, all
-    three included, none named.  (Before the fix the round closed on the three and aborted; the honest
+    """Bounded payloads (a deployment's default), no relay: three devices try to upload to server 0 only
+    (quorum 3 of 6): refused (400: no receipt of server 1, session 44; before it they were taken and
+    proved there); the round stays open; three honest devices then close it on quorum, all three
+    included, none named.  (Before S42-Q2's fix the round closed on the three and aborted; the honest
     devices were refused, 409.)"""
     pytest.importorskip("fastapi")
     pytest.importorskip("uvicorn")
@@ -358,7 +368,7 @@ def test_over_http_devices_at_server_0_only_do_not_close_the_round() -> None:
                              verify=cluster.peer_tls() if key_id == "server0" and party == 1 else cluster.tls)
 
         uploaded = f"/v1/peer/rounds/{r}/uploaded"
-        assert [take_part(u, 0) for u in cheats] == [None] * 3
+        assert [take_part(u, 0) for u in cheats] == [400] * 3
         until = time.monotonic() + _HOLD_S
         while time.monotonic() < until:
             assert admin.get_json(status)["state"] == "open"

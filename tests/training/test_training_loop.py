@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from secemb.data import by_user, load_dataset, synthetic_like, train_test_split
 from secemb.models import MatrixFactorization
 from secemb.protocols.plaintext import PlaintextProtocol, PlaintextServer
+from secemb.round.messages import RECEIPT_BYTES
 from secemb.training import (
     Experiment,
     TrainConfig,
@@ -86,8 +87,9 @@ def test_byte_accounting_matches_the_message_sizes(small):
     tr, _ = small
     mp, w, p = 7, 9, 1
     r = _train(small, m_prime=mp, epochs=1)
-    up = (32 + 4 * mp) + 32 + (32 + 4 * (mp * w + p)) + 32  # 32-byte header (docs/wire-format.md)
-    down = (32 + 4 * mp * w) + 32 + (32 + 4 * p)
+    # 32-byte header (docs/wire-format.md); no relay: server 1's receipt down, and up again with the upload to server 0
+    up = (32 + 4 * mp) + 32 + (32 + 4 * (mp * w + p)) + 32 + RECEIPT_BYTES
+    down = (32 + 4 * mp * w) + 32 + (32 + 4 * p) + RECEIPT_BYTES
     assert r.upload_bytes_per_user_round == up
     assert r.download_bytes_per_user_round == down
     # both servers' aggregate shares (each reconstructs, issue 33) and the model sync
