@@ -5,7 +5,8 @@ Party: both servers.  :data:`ALARMS` names the kinds and whether each halts the 
 ``relay_tampered`` (server 1: forwarded bytes that fail the device's authentication) and
 ``device_rejected`` (server 0: uploads that fail the verification step) do not;
 ``retrieval_tampered``, ``model_disagreement`` and ``uploads_misreported`` (server 0, at the
-close: server 1 does not hold uploads it acknowledged -- forwards it took, with relay, or users it
+close: server 1 does not hold uploads it acknowledged -- forwards it took, with relay, uploads it
+receipted, without, or users it
 named in the quorum check that closed the round) do -- the open round is aborted and no round opens
 (:class:`~secemb.server.errors.Conflict`) until :meth:`Alarms.clear_alarms`.
 Clearing the alarms leaves the devices' strikes (server 0's rejection counts: the door) as they

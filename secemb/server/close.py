@@ -2,7 +2,8 @@
 
 Party: server 0.  :meth:`LeaderClose.close_round` (on quorum, deadline or the operator's
 call; idempotent): server 1 stops taking uploads and names the users it absorbed -- a server 1
-whose users omit one it acknowledged (with relay, a forwarded upload it took; a user it named in
+whose users omit one it acknowledged (with relay, a forwarded upload it took; without, an upload it
+receipted; a user it named in
 the quorum check that closed the round) is caught: a halting ``uploads_misreported`` alarm, the
 round aborted.  The agreed set is the intersection with server 0's, less the devices whose
 uploads fail the verification (issue 34: with bounded payloads, first the bound proofs' check --
@@ -158,11 +159,11 @@ class LeaderClose(LeaderRelay):
             named = rnd.quorum_named or frozenset()
             acknowledged = set(rnd.acknowledged)
         listed = set(theirs)
-        forwarded, claimed = sorted(acknowledged - listed), sorted(named - listed - acknowledged)
-        if not forwarded and not claimed:
+        dropped, claimed = sorted(acknowledged - listed), sorted(named - listed - acknowledged)
+        if not dropped and not claimed:
             return False
         took = "took the forwarded upload(s)" if self.receipts is None else "receipted the upload(s)"
-        what = [f"{took} of user(s) {forwarded[:50]}"] if forwarded else []
+        what = [f"{took} of user(s) {dropped[:50]}"] if dropped else []
         if claimed:
             what.append(f"named user(s) {claimed[:50]} as uploaded in the quorum check that closed the round")
         self.raise_alarm("uploads_misreported", rnd.round_id,
