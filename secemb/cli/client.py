@@ -57,6 +57,10 @@ def register(app: typer.Typer) -> None:
         recommender_state: Annotated[Path | None, typer.Option(
             help="For a GREC denoiser's rounds: this device's state file of the recommender's run (its private "
                  "parameters, read only).")] = None,
+        upload_quantum: Annotated[float, typer.Option(
+            help="Upload at the next multiple of this many seconds after the round's last download, so that "
+                 "the servers cannot time the local step (whose work grows with the device's ratings); 0 "
+                 "uploads at once; at most 60 (docs/security.md, \"Participation and timing\").")] = 0.25,
         new_set_up: Annotated[bool, typer.Option(
             "--new-set-up", help="A SecEA silo: take one new set-up although it took part in one before (the "
                                  "operator's approval: a server may learn one more bit of its entities; "
@@ -94,7 +98,7 @@ def register(app: typer.Typer) -> None:
                 return
         import numpy as np
 
-        from secemb.client.device import Device, DeviceClient, RoundInfo
+        from secemb.client.device import MAX_UPLOAD_QUANTUM_S, Device, DeviceClient, RoundInfo
         from secemb.data import RatingData, by_user, load_dataset
         from secemb.data.features import FeatureSet
         from secemb.errors import InvalidMessage, InvalidParameters, SecembError
@@ -108,6 +112,10 @@ def register(app: typer.Typer) -> None:
         def fail(msg: str, code: int) -> NoReturn:
             typer.echo(json.dumps({"user": user, "error": msg}))
             raise typer.Exit(code)
+
+        if not 0.0 <= upload_quantum <= MAX_UPLOAD_QUANTUM_S:  # NaN too: before anything is sent
+            fail(f"bad usage: --upload-quantum must be a number of seconds in [0, {MAX_UPLOAD_QUANTUM_S:g}], got "
+                 f"{upload_quantum}", 2)
 
         try:
             announced: dict | None = None
@@ -245,7 +253,7 @@ def register(app: typer.Typer) -> None:
             if device is None or round_rec is None:  # the announced model's task says what the device trains on
                 try:
                     round_rec = round_model(info)
-                    device = Device(dc, *own(round_rec.task))
+                    device = Device(dc, *own(round_rec.task), upload_quantum_s=upload_quantum)
                 except InvalidMessage as exc:  # the announcement
                     fail(f"round {info.round_id}: {exc}", 1)
                 except SecembError as exc:  # a bad argument, or the dataset's features missing or malformed

@@ -28,6 +28,7 @@ that must match the in-process run bit for bit, as a :class:`~secemb.models.task
 from __future__ import annotations
 
 import hashlib
+import math
 import ssl
 import time
 from collections.abc import Sequence
@@ -819,6 +820,22 @@ def _by_plan(order: tuple[int, ...], msgs: tuple[bytes | None, ...], what: str) 
     return {party: msgs[party] for party in order}  # type: ignore[misc]
 
 
+#: the longest upload quantum a device takes (seconds): a round waits for its devices, and a minute a
+#: round is far beyond any local step this SDK runs
+MAX_UPLOAD_QUANTUM_S = 60.0
+
+
+def paced_wait(elapsed: float, quantum: float) -> float:
+    """Seconds a device waits before its upload when its local step took ``elapsed`` seconds since its
+    last download of the round: up to the next multiple of ``quantum`` (at least one), so that the gap a
+    server sees between the device's downloads and its upload tells it only how many quanta the step
+    took -- not, to the millisecond, how much work the device's own data made (its count of ratings:
+    docs/security.md, "Participation and timing").  ``quantum`` 0: no wait."""
+    if quantum <= 0.0:
+        return 0.0
+    return max(1, math.ceil(elapsed / quantum)) * quantum - elapsed
+
+
 class Device:
     """A device: its ratings, its private state, and the client for both servers.
 
@@ -831,11 +848,24 @@ class Device:
         fresh one-row store initialized by the model with ``rng``.
     rng: the device's generator for its private draws (initialization, samples, slots); default a
         fresh :func:`private_rng`.
+    upload_quantum_s: the device uploads at the next multiple of this many seconds after its last
+        download of the round (:func:`paced_wait`; ``secemb client`` takes 0.25 by default); 0 sends at
+        once.  At most :data:`MAX_UPLOAD_QUANTUM_S`.
+
+    Raises
+    ------
+    InvalidParameters: an upload quantum that is not a finite number of seconds in ``[0, 60]``.
     """
 
     def __init__(self, client: DeviceClient, items: np.ndarray, ratings: np.ndarray, *,
                  store: UserStore | None = None, user: int | None = None,
-                 rng: np.random.Generator | None = None) -> None:
+                 rng: np.random.Generator | None = None, upload_quantum_s: float = 0.0) -> None:
+        quantum = upload_quantum_s
+        if isinstance(quantum, bool) or not isinstance(quantum, int | float) or not math.isfinite(quantum) \
+                or not 0.0 <= quantum <= MAX_UPLOAD_QUANTUM_S:
+            raise InvalidParameters(f"upload_quantum_s must be a number of seconds in [0, {MAX_UPLOAD_QUANTUM_S:g}], "
+                                    f"got {upload_quantum_s!r}")
+        self.upload_quantum_s = float(quantum)
         self.client = client
         self.items, self.ratings = np.asarray(items, dtype=np.int64), np.asarray(ratings)
         self.store = store
@@ -855,7 +885,8 @@ class Device:
         """Take part in round ``info``: retrieve, train (``hook``, default the model's local
         step), clip when the round announces DP (:meth:`RoundInfo.clip`) or bounded payloads,
         upload, and prove the upload's bound where the round has that step.  ``pause`` seconds
-        between retrieval and upload (for tests of late devices).  The
+        between retrieval and upload (for tests of late devices); the upload then waits for the
+        device's upload quantum (:func:`paced_wait`, from the end of its last download).  The
         private state is snapshotted first (see :meth:`settle`).
 
         Raises
@@ -874,10 +905,16 @@ class Device:
         self._snap, self._round = self.store.snapshot(self.row), info.round_id
         session = RoundSession(self.client, info, protocol=protocol, task=model.task, clip=info.clip())
         session.prepare(self.items, self.ratings, placement=placement, rng=self.rng)
-        session.retrieve()
+        session.send_requests()
+        session.fetch_dense()
+        downloaded = time.monotonic()  # the round's last download: the gap a server sees starts here
+        session.reconstruct()
         session.train(hook)
         if pause:
             time.sleep(pause)
+        wait = paced_wait(time.monotonic() - downloaded, self.upload_quantum_s)
+        if wait > 0.0:
+            time.sleep(wait)
         session.upload()
         if session.proves:
             session.prove()
