@@ -6,11 +6,15 @@ produce bit-identical models.
 kept rows (placement may have dropped some items), runs the model's local step, places the row
 gradients at their request slots (padding and empty slots get exact zeros: PadOrTruncEmb),
 clips for ``n_p`` users and encodes.  Under DP it first scales the whole contribution to the
-L2 bound, and the per-coordinate bound leaves room for the noise (:class:`ClipSpec`).
+L2 bound, and the per-coordinate bound leaves room for the noise (:class:`ClipSpec`).  A step whose
+gradients are not finite (it diverged, or a server's crafted model made it: docs/security.md, "An offset on
+the aggregate") contributes zero, uploaded like any other: a device that failed instead would show the
+servers which devices' data made the step diverge.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import numpy as np
@@ -23,6 +27,8 @@ from secemb.privacy.noise import ClipSpec
 from secemb.protocols.base import RoundConfig
 from secemb.protocols.placement import PaddedRequest
 from secemb.ring import FixedPoint
+
+log = logging.getLogger("secemb.client")
 
 __all__ = ["LocalStep", "distinct_counts", "distinct_items", "local_update"]
 
@@ -81,6 +87,10 @@ def local_update(
         row_of[request.kept] = np.arange(request.kept.size, dtype=np.int64)
         batch = task.restrict(batch, row_of)
     result = step(rows, dense_u, batch)
+    if not (np.all(np.isfinite(np.asarray(result.row_grads))) and np.all(np.isfinite(np.asarray(result.dense_grad)))):
+        log.warning("round %d: the local step gave non-finite gradients; this round's contribution is zero",
+                    rc.round_id)
+        result = StepResult(np.zeros(np.shape(result.row_grads)), np.zeros(np.shape(result.dense_grad)), result.loss)
     if clip is None:  # the kept rows encoded alone: every other slot's zero gradient encodes to zero
         encoded = np.zeros((rc.slots, rc.width), fp.dtype)
         encoded[request.real_pos] = fp.encode_clipped(result.row_grads, n_p)
