@@ -4,7 +4,9 @@ A server can commit a crafted model both servers agree on (docs/security.md, "Wh
 on the aggregate).  Were a device to fail on non-finite gradients -- fixed-point encoding refuses them, so before
 session 44 its local step raised and it sent no upload -- a model crafted so that only devices holding a given
 item's row diverge (e.g. an extreme value in that row feeding a deep network in float32) would let the servers
-read, from who drops out, which devices hold it.  Now :func:`secemb.round.local.local_update` uploads a zero
+read, from who drops out, which devices hold it (probed in session 44 for the shipped models and not reached:
+with every row and the dense vector at the ring's largest value their float64 steps stay finite; the guard is
+for a plug-in model or a float32 network).  Now :func:`secemb.round.local.local_update` uploads a zero
 contribution instead (a WARNING on the device only): the same messages, the same sizes.
 """
 
